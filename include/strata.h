@@ -1,0 +1,83 @@
+/*
+ * strata.h - the public interface of strata, a jemalloc-family malloc for Linux.
+ *
+ * Every entry point exists under a strata_ name. A build with STRATA_OVERRIDE=ON
+ * (the default) also exports the standard C/glibc names (malloc, free, ...) and
+ * jemalloc's names (mallocx, mallctl, ...); a prefixed build (STRATA_OVERRIDE=OFF)
+ * exports only the strata_ names, so sanitizers can check strata beside glibc.
+ */
+#ifndef STRATA_H
+#define STRATA_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STRATA_VERSION "0.1.0"
+#define STRATA_VERSION_MAJOR 0
+#define STRATA_VERSION_MINOR 1
+#define STRATA_VERSION_PATCH 0
+
+#if defined(__GNUC__)
+#define STRATA_EXPORT __attribute__((visibility("default")))
+#define STRATA_MALLOC_ATTR __attribute__((malloc))
+#else
+#define STRATA_EXPORT
+#define STRATA_MALLOC_ATTR
+#endif
+
+/* ---- Flags of the *allocx family: bit layout identical to jemalloc's. ---- */
+/* Alignment 2^la (la in 1..63); 0 means the natural alignment of the size. */
+#define MALLOCX_LG_ALIGN(la) ((int)(la))
+/* Alignment a (a power of two); MALLOCX_ALIGN(0) is no request. */
+#define MALLOCX_ALIGN(a) ((int)(((size_t)(a) < (size_t)2147483648ULL) ? __builtin_ctz((unsigned)(a)) : 31))
+/* Zero the new bytes (all of them for mallocx, the grown tail for rallocx/xallocx). */
+#define MALLOCX_ZERO ((int)0x40)
+/* Bypass the calling thread's cache. */
+#define MALLOCX_TCACHE_NONE (MALLOCX_TCACHE(-1))
+/* Use explicit thread cache tc (from mallctl "tcache.create"); -1 means none. */
+#define MALLOCX_TCACHE(tc) ((int)(((unsigned)((tc) + 2)) << 8))
+/* Allocate from arena a (from mallctl "arenas.create" or 0..narenas-1). */
+#define MALLOCX_ARENA(a) ((int)(((unsigned)((a) + 1)) << 20))
+
+/* ---- Standard names, prefixed. Semantics are those of C11/POSIX/glibc. ---- */
+STRATA_EXPORT STRATA_MALLOC_ATTR void *strata_malloc(size_t size);
+STRATA_EXPORT STRATA_MALLOC_ATTR void *strata_calloc(size_t n, size_t size);
+STRATA_EXPORT void *strata_realloc(void *ptr, size_t size);
+STRATA_EXPORT void *strata_reallocarray(void *ptr, size_t n, size_t size);
+STRATA_EXPORT void strata_free(void *ptr);
+/* C23: size must be the size requested (or any value between that and the usable size). */
+STRATA_EXPORT void strata_free_sized(void *ptr, size_t size);
+STRATA_EXPORT void strata_free_aligned_sized(void *ptr, size_t alignment, size_t size);
+STRATA_EXPORT int strata_posix_memalign(void **memptr, size_t alignment, size_t size);
+STRATA_EXPORT STRATA_MALLOC_ATTR void *strata_aligned_alloc(size_t alignment, size_t size);
+STRATA_EXPORT STRATA_MALLOC_ATTR void *strata_memalign(size_t alignment, size_t size);
+STRATA_EXPORT STRATA_MALLOC_ATTR void *strata_valloc(size_t size);
+STRATA_EXPORT STRATA_MALLOC_ATTR void *strata_pvalloc(size_t size);
+STRATA_EXPORT size_t strata_malloc_usable_size(const void *ptr);
+/* Purges every arena and the caller's cache; returns 1 if memory was released. */
+STRATA_EXPORT int strata_malloc_trim(size_t pad);
+
+/* ---- jemalloc's non-standard API, prefixed. ---- */
+STRATA_EXPORT STRATA_MALLOC_ATTR void *strata_mallocx(size_t size, int flags);
+STRATA_EXPORT void *strata_rallocx(void *ptr, size_t size, int flags);
+STRATA_EXPORT size_t strata_xallocx(void *ptr, size_t size, size_t extra, int flags);
+STRATA_EXPORT size_t strata_sallocx(const void *ptr, int flags);
+STRATA_EXPORT void strata_dallocx(void *ptr, int flags);
+STRATA_EXPORT void strata_sdallocx(void *ptr, size_t size, int flags);
+STRATA_EXPORT size_t strata_nallocx(size_t size, int flags);
+STRATA_EXPORT int strata_mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp,
+                                 size_t newlen);
+STRATA_EXPORT int strata_mallctlnametomib(const char *name, size_t *mibp, size_t *miblenp);
+STRATA_EXPORT int strata_mallctlbymib(const size_t *mib, size_t miblen, void *oldp,
+                                      size_t *oldlenp, void *newp, size_t newlen);
+/* opts: jemalloc's characters ("J" for JSON, ...); write_cb NULL writes to stderr. */
+STRATA_EXPORT void strata_malloc_stats_print(void (*write_cb)(void *, const char *),
+                                             void *cbopaque, const char *opts);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_H */

@@ -1,0 +1,572 @@
+/*
+ * alloc.c - the entry points: malloc & co, the glibc extras and jemalloc's *allocx.
+ * malloc and free are a short inline fast path (size -> class by table, pop from the
+ * thread cache; rtree lookup, push) with one exit each to an out-of-line slow path.
+ * With STRATA_OVERRIDE the standard names are aliases of the strata_ functions.
+ */
+#include <errno.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define EXPORT __attribute__((visibility("default")))
+/* mremap beats copying from about this size (page-table moves vs a 4 MiB memcpy). */
+#define REMAP_MIN ((size_t)4 << 20)
+
+/* ---------------------------------------------------------------- core */
+static inline arena_t *tsd_arena(tsd_t *tsd, size_t usize) {
+  if (unlikely(usize >= opt.oversize_threshold)) return arena_get(narenas);
+  if (unlikely(tsd->arena == NULL)) tsd->arena = arena_choose();
+  return tsd->arena;
+}
+
+static inline void alloc_fill(void *p, size_t usize, bool zero) {
+  if (unlikely(opt.junk & JUNK_ALLOC) && !zero) memset(p, 0xa5, usize);
+}
+
+/* Allocate class ind; explicit is the MALLOCX_ARENA arena or NULL; use_tcache false for
+ * MALLOCX_TCACHE_NONE. */
+static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t *explicit) {
+  size_t usize = sz_size[ind];
+  void *p;
+  if (unlikely(tsd->reentrant)) return NULL;
+  tsd->reentrant = 1;
+  if (likely(ind < tcache_nbins && use_tcache && explicit == NULL)) {
+    tcache_t *tc = tsd->state == TSD_ACTIVE ? tsd->tcache : NULL;
+    if (tc == NULL) {
+      tsd->reentrant = 0;
+      tc = tcache_get_slow(tsd);
+      tsd->reentrant = 1;
+    }
+    if (tc) {
+      tbin_t *b = &tc->bins[ind];
+      p = b->head;
+      if (p) {
+        b->head = *(void **)p;
+        b->count--;
+      } else {
+        p = tcache_alloc_hard(tsd, tc, ind);
+      }
+      if (p && zero) memset(p, 0, usize);
+      goto done;
+    }
+  }
+  {
+    arena_t *a = explicit ? explicit : tsd_arena(tsd, usize);
+    if (a == NULL) {
+      p = NULL;
+    } else if (ind <= SZ_NSMALL) {
+      p = arena_small_alloc(a, ind, zero || opt.zero);
+    } else {
+      p = arena_large_alloc(a, usize, 0, zero || opt.zero);
+    }
+  }
+done:
+  tsd->reentrant = 0;
+  if (likely(p != NULL)) {
+    tsd->allocated += usize;
+    alloc_fill(p, usize, zero || opt.zero);
+  }
+  return p;
+}
+
+/* Aligned allocation beyond a class's natural alignment: a page extent carved aligned. */
+static void *ialloc_aligned(tsd_t *tsd, size_t size, size_t align, bool zero, bool use_tcache,
+                            arena_t *explicit) {
+  size_t usize = sz_sa2u(size, align);
+  if (usize == 0) return NULL;
+  if (align <= os_page) return ialloc(tsd, sz_size2index(usize), zero, use_tcache, explicit);
+  if (tsd->reentrant) return NULL;
+  arena_t *a = explicit ? explicit : tsd_arena(tsd, usize);
+  if (a == NULL) return NULL;
+  tsd->reentrant = 1;
+  void *p = arena_large_alloc(a, usize, align, zero || opt.zero);
+  tsd->reentrant = 0;
+  if (p) {
+    tsd->allocated += usize;
+    alloc_fill(p, usize, zero || opt.zero);
+  }
+  return p;
+}
+
+/* Look up p for a deallocating call; reports and aborts if strata does not own it. */
+static inline edata_t *lookup_owned(const void *p, szind_t *ind, const char *func) {
+  uint64_t e = rtree_read((uintptr_t)p);
+  edata_t *ed = rt_edata(e);
+  szind_t i = rt_szind(e);
+  if (unlikely(ed == NULL || i == 0 || i > SZ_NCLASSES)) strata_invalid_free(func, p);
+  if (unlikely(i > SZ_NSMALL && (uintptr_t)p != ed->addr)) strata_invalid_free(func, p);
+  *ind = i;
+  return ed;
+}
+
+static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
+  size_t usize = sz_size[ind];
+  if (unlikely(opt.junk & JUNK_FREE)) memset(p, 0x5a, usize);
+  tsd->deallocated += usize;
+  if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant)) {
+    tcache_t *tc = tsd->state == TSD_ACTIVE ? tsd->tcache : tcache_get_slow(tsd);
+    if (tc) {
+      tbin_t *b = &tc->bins[ind];
+      tsd->reentrant = 1;
+      if (likely(b->count < b->max && p != b->head)) {
+        *(void **)p = b->head;
+        b->head = p;
+        b->count++;
+      } else {
+        tcache_dalloc_hard(tsd, tc, ind, p);
+      }
+      tsd->reentrant = 0;
+      return;
+    }
+  }
+  if (unlikely(tsd->reentrant)) {
+    /* A signal handler freed while this thread was inside strata: leaking is the only
+     * safe answer; say so once. */
+    static bool said;
+    if (!said) {
+      said = true;
+      msg_write("<strata>: free() re-entered from a signal handler: block leaked\n");
+    }
+    return;
+  }
+  tsd->reentrant = 1;
+  if (ind <= SZ_NSMALL) {
+    bin_dalloc_batch(arena_of(ed), ind, &p, &ed, 1);
+  } else {
+    arena_large_dalloc(ed);
+  }
+  tsd->reentrant = 0;
+}
+
+/* ---------------------------------------------------------------- malloc / free */
+static NOINLINE void *malloc_slow(size_t size) {
+  tsd_t *tsd = tsd_fetch();
+  szind_t ind = sz_size2index(size);
+  void *p = (tsd && ind) ? ialloc(tsd, ind, false, true, NULL) : NULL;
+  if (unlikely(p == NULL)) errno = ENOMEM;
+  return p;
+}
+
+EXPORT void *strata_malloc(size_t size) {
+  if (likely(size <= SZ_LOOKUP_MAX)) {
+    szind_t ind = sz_lookup[(size + 7) >> 3];
+    tsd_t *tsd = &strata_tsd;
+    tbin_t *b = &tsd->tcache->bins[ind];
+    void *p = b->head;
+    if (likely(p != NULL)) {
+      b->head = *(void **)p;
+      b->count--;
+      tsd->allocated += sz_size[ind];
+      return p;
+    }
+  }
+  return malloc_slow(size);
+}
+
+static NOINLINE void free_slow(void *p, bool use_tcache) {
+  if (p == NULL) return;
+  int saved = errno;
+  szind_t ind;
+  edata_t *ed = lookup_owned(p, &ind, "free");
+  idalloc(&strata_tsd, p, ed, ind, use_tcache);
+  errno = saved;
+}
+
+EXPORT void strata_free(void *p) {
+  uint64_t *slot = rtree_slot((uintptr_t)p);
+  if (likely(slot != NULL)) {
+    uint64_t e = *slot;
+    szind_t ind = rt_szind(e);
+    tsd_t *tsd = &strata_tsd;
+    tbin_t *b = &tsd->tcache->bins[ind];
+    /* ind 0 (not ours) has max 0 in every cache; large and free-extent entries fail the
+     * bound and take the slow path, which validates them. */
+    if (likely(ind <= SZ_NSMALL && b->count < b->max && p != b->head)) {
+      *(void **)p = b->head;
+      b->head = p;
+      b->count++;
+      tsd->deallocated += sz_size[ind];
+      return;
+    }
+  }
+  free_slow(p, true);
+}
+
+EXPORT void strata_free_sized(void *p, size_t size) {
+  (void)size;
+  strata_free(p);
+}
+
+EXPORT void strata_free_aligned_sized(void *p, size_t alignment, size_t size) {
+  (void)alignment;
+  (void)size;
+  strata_free(p);
+}
+
+EXPORT void *strata_calloc(size_t n, size_t size) {
+  size_t total;
+  if (unlikely(__builtin_mul_overflow(n, size, &total))) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (likely(total <= SZ_LOOKUP_MAX)) {
+    void *p = strata_malloc(total);
+    if (p) memset(p, 0, total);
+    return p;
+  }
+  tsd_t *tsd = tsd_fetch();
+  szind_t ind = sz_size2index(total);
+  void *p = (tsd && ind) ? ialloc(tsd, ind, true, true, NULL) : NULL;
+  if (p == NULL) errno = ENOMEM;
+  return p;
+}
+
+static size_t usable_size(const void *p) {
+  uint64_t e = rtree_read((uintptr_t)p);
+  szind_t ind = rt_szind(e);
+  if (ind == 0 || ind > SZ_NCLASSES) return 0;
+  if (ind > SZ_NSMALL && (uintptr_t)p != rt_edata(e)->addr) return 0;
+  return sz_size[ind];
+}
+
+/* realloc and rallocx: resize keeping contents; NULL on failure with p intact. */
+static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero, bool use_tcache,
+                      arena_t *explicit, const char *func) {
+  szind_t old_ind;
+  edata_t *ed = lookup_owned(p, &old_ind, func);
+  size_t old_usize = sz_size[old_ind];
+  size_t usize = align ? sz_sa2u(size, align) : (sz_size2index(size) ? sz_size[sz_size2index(size)] : 0);
+  if (usize == 0) return NULL;
+  bool aligned_ok = align == 0 || ((uintptr_t)p & (align - 1)) == 0;
+  if (aligned_ok && explicit == NULL) {
+    if (usize == old_usize) return p;
+    if (old_ind > SZ_NSMALL && usize > SZ_SMALL_MAX && !tsd->reentrant) {
+      tsd->reentrant = 1;
+      bool fail = arena_large_resize(ed, usize);
+      void *q = NULL;
+      if (fail && usize > old_usize && old_usize >= REMAP_MIN)
+        q = arena_large_remap(ed, usize);
+      tsd->reentrant = 0;
+      if (!fail || q) {
+        tsd->allocated += usize;
+        tsd->deallocated += old_usize;
+        void *r = q ? q : p;
+        if (zero && usize > old_usize) memset((char *)r + old_usize, 0, usize - old_usize);
+        return r;
+      }
+    }
+  }
+  void *q = align > 8 ? ialloc_aligned(tsd, size, align, zero, use_tcache, explicit)
+                      : ialloc(tsd, sz_size2index(usize), zero, use_tcache, explicit);
+  if (q == NULL) return NULL;
+  memcpy(q, p, old_usize < size ? old_usize : size);
+  idalloc(tsd, p, ed, old_ind, use_tcache);
+  return q;
+}
+
+EXPORT void *strata_realloc(void *p, size_t size) {
+  if (p == NULL) return strata_malloc(size);
+  if (size == 0) { /* glibc: frees and returns NULL */
+    strata_free(p);
+    return NULL;
+  }
+  tsd_t *tsd = tsd_fetch();
+  void *q = tsd ? irealloc(tsd, p, size, 0, false, true, NULL, "realloc") : NULL;
+  if (q == NULL) errno = ENOMEM;
+  return q;
+}
+
+EXPORT void *strata_reallocarray(void *p, size_t n, size_t size) {
+  size_t total;
+  if (unlikely(__builtin_mul_overflow(n, size, &total))) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return strata_realloc(p, total);
+}
+
+/* ---------------------------------------------------------------- aligned */
+static void *aligned_common(size_t align, size_t size) {
+  tsd_t *tsd = tsd_fetch();
+  void *p = tsd ? ialloc_aligned(tsd, size ? size : 1, align, false, true, NULL) : NULL;
+  return p;
+}
+
+EXPORT int strata_posix_memalign(void **memptr, size_t alignment, size_t size) {
+  if (unlikely(alignment < sizeof(void *) || (alignment & (alignment - 1)) != 0)) return EINVAL;
+  int saved = errno;
+  void *p = aligned_common(alignment, size);
+  errno = saved;
+  if (p == NULL) return ENOMEM;
+  *memptr = p;
+  return 0;
+}
+
+EXPORT void *strata_aligned_alloc(size_t alignment, size_t size) {
+  if (unlikely(alignment == 0 || (alignment & (alignment - 1)) != 0)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  void *p = aligned_common(alignment, size);
+  if (p == NULL) errno = ENOMEM;
+  return p;
+}
+
+EXPORT void *strata_memalign(size_t alignment, size_t size) {
+  /* glibc: an alignment that is not a power of two is rounded up to one. */
+  if (alignment & (alignment - 1)) {
+    if (alignment > ((size_t)1 << 62)) {
+      errno = EINVAL;
+      return NULL;
+    }
+    alignment = (size_t)1 << (64 - __builtin_clzll(alignment));
+  }
+  void *p = aligned_common(alignment ? alignment : 1, size);
+  if (p == NULL) errno = ENOMEM;
+  return p;
+}
+
+EXPORT void *strata_valloc(size_t size) {
+  if (!strata_ready && strata_init()) return NULL;
+  return strata_memalign(os_page, size);
+}
+
+EXPORT void *strata_pvalloc(size_t size) {
+  if (!strata_ready && strata_init()) return NULL;
+  size_t rounded = (size + os_page - 1) & ~(os_page - 1);
+  if (rounded < size) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return strata_memalign(os_page, rounded ? rounded : os_page);
+}
+
+EXPORT size_t strata_malloc_usable_size(const void *p) { return p ? usable_size(p) : 0; }
+
+EXPORT int strata_malloc_trim(size_t pad) {
+  (void)pad;
+  tsd_t *tsd = tsd_fetch();
+  if (tsd == NULL) return 0;
+  if (tsd->state == TSD_ACTIVE) tcache_flush_all(tsd->tcache);
+  return arena_purge_all() > 0;
+}
+
+/* ---------------------------------------------------------------- *allocx */
+#define FLAG_LG_ALIGN(f) ((unsigned)(f) & 0x3f)
+#define FLAG_ZERO(f) (((f) & MALLOCX_ZERO) != 0)
+#define FLAG_TCACHE(f) (((unsigned)(f) >> 8) & 0xfff) /* 0 default, 1 none, n+2 explicit */
+#define FLAG_ARENA(f) ((unsigned)(f) >> 20)           /* 0 default, a+1 arena a */
+
+static inline size_t flag_align(int flags) {
+  unsigned la = FLAG_LG_ALIGN(flags);
+  return la ? (size_t)1 << la : 0;
+}
+
+/* Explicit arena, or NULL for the default; *bad set for an arena that does not exist. */
+static arena_t *flag_arena(int flags, bool *bad) {
+  unsigned a = FLAG_ARENA(flags);
+  *bad = false;
+  if (a == 0) return NULL;
+  if (a - 1 > narenas) {
+    *bad = true;
+    return NULL;
+  }
+  arena_t *ar = arena_get(a - 1);
+  *bad = ar == NULL;
+  return ar;
+}
+
+EXPORT void *strata_mallocx(size_t size, int flags) {
+  tsd_t *tsd = tsd_fetch();
+  if (tsd == NULL) return NULL;
+  bool bad;
+  arena_t *ar = flag_arena(flags, &bad);
+  if (bad) return NULL;
+  size_t align = flag_align(flags);
+  bool use_tcache = FLAG_TCACHE(flags) != 1;
+  if (align > 8) return ialloc_aligned(tsd, size, align, FLAG_ZERO(flags), use_tcache, ar);
+  szind_t ind = sz_size2index(size);
+  return ind ? ialloc(tsd, ind, FLAG_ZERO(flags), use_tcache, ar) : NULL;
+}
+
+EXPORT void *strata_rallocx(void *p, size_t size, int flags) {
+  tsd_t *tsd = tsd_fetch();
+  if (tsd == NULL) return NULL;
+  bool bad;
+  arena_t *ar = flag_arena(flags, &bad);
+  if (bad) return NULL;
+  return irealloc(tsd, p, size, flag_align(flags), FLAG_ZERO(flags), FLAG_TCACHE(flags) != 1, ar, "rallocx");
+}
+
+EXPORT size_t strata_xallocx(void *p, size_t size, size_t extra, int flags) {
+  tsd_t *tsd = tsd_fetch();
+  szind_t old_ind;
+  edata_t *ed = lookup_owned(p, &old_ind, "xallocx");
+  size_t old_usize = sz_size[old_ind];
+  if (tsd == NULL) return old_usize;
+  size_t align = flag_align(flags);
+  if (align && ((uintptr_t)p & (align - 1))) return old_usize;
+  if (size > SZ_MAX) return old_usize;
+  size_t want = (extra > SZ_MAX - size) ? SZ_MAX : size + extra;
+  size_t lo = sz_size[sz_size2index(size ? size : 1)], hi = sz_size[sz_size2index(want ? want : 1)];
+  if (old_usize >= lo && old_usize <= hi) return old_usize;
+  if (old_ind <= SZ_NSMALL || lo <= SZ_SMALL_MAX || tsd->reentrant) return old_usize;
+  /* Large: try the largest target first, then the smallest. */
+  tsd->reentrant = 1;
+  size_t got = old_usize;
+  if (!arena_large_resize(ed, hi)) {
+    got = hi;
+  } else if (hi != lo && !arena_large_resize(ed, lo)) {
+    got = lo;
+  }
+  tsd->reentrant = 0;
+  if (got != old_usize) {
+    tsd->allocated += got;
+    tsd->deallocated += old_usize;
+    if (FLAG_ZERO(flags) && got > old_usize) memset((char *)p + old_usize, 0, got - old_usize);
+  }
+  return got;
+}
+
+EXPORT size_t strata_sallocx(const void *p, int flags) {
+  (void)flags;
+  return usable_size(p);
+}
+
+EXPORT void strata_dallocx(void *p, int flags) {
+  if (FLAG_TCACHE(flags) == 1) {
+    free_slow(p, false);
+  } else {
+    strata_free(p);
+  }
+}
+
+EXPORT void strata_sdallocx(void *p, size_t size, int flags) {
+  (void)size;
+  strata_dallocx(p, flags);
+}
+
+EXPORT size_t strata_nallocx(size_t size, int flags) {
+  if (!strata_ready && strata_init()) return 0;
+  size_t align = flag_align(flags);
+  if (size > SZ_MAX) return 0;
+  return sz_sa2u(size ? size : 1, align);
+}
+
+/* ---------------------------------------------------------------- glibc extras */
+EXPORT int strata_mallopt(int param, int value) {
+  (void)param;
+  (void)value;
+  return 1;
+}
+
+EXPORT struct mallinfo2 strata_mallinfo2(void) {
+  struct mallinfo2 mi;
+  memset(&mi, 0, sizeof(mi));
+  stats_t s;
+  stats_merge(&s);
+  mi.arena = s.mapped;
+  mi.hblkhd = s.large_allocated;
+  mi.uordblks = s.allocated;
+  mi.fordblks = s.active > s.allocated ? s.active - s.allocated : 0;
+  mi.keepcost = s.dirty;
+  return mi;
+}
+
+static int clamp_int(size_t v) { return v > 0x7fffffff ? 0x7fffffff : (int)v; }
+
+EXPORT struct mallinfo strata_mallinfo(void) {
+  struct mallinfo2 m2 = strata_mallinfo2();
+  struct mallinfo mi;
+  memset(&mi, 0, sizeof(mi));
+  mi.arena = clamp_int(m2.arena);
+  mi.hblkhd = clamp_int(m2.hblkhd);
+  mi.uordblks = clamp_int(m2.uordblks);
+  mi.fordblks = clamp_int(m2.fordblks);
+  mi.keepcost = clamp_int(m2.keepcost);
+  return mi;
+}
+
+EXPORT void strata_malloc_stats(void) { strata_malloc_stats_print(NULL, NULL, NULL); }
+
+EXPORT int strata_malloc_info(int options, FILE *fp) {
+  if (options != 0 || fp == NULL) {
+    errno = EINVAL;
+    return -1;
+  }
+  stats_t s;
+  stats_merge(&s);
+  char a[24], b[24], c[24], d[24];
+  char buf[512];
+  snprintf(buf, sizeof(buf),
+           "<malloc version=\"strata-%s\">\n<total type=\"allocated\" size=\"%s\"/>\n"
+           "<total type=\"active\" size=\"%s\"/>\n<total type=\"mapped\" size=\"%s\"/>\n"
+           "<total type=\"retained\" size=\"%s\"/>\n</malloc>\n",
+           STRATA_VERSION, fmt_u64(a, s.allocated), fmt_u64(b, s.active), fmt_u64(c, s.mapped),
+           fmt_u64(d, s.retained));
+  return fputs(buf, fp) < 0 ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- the standard names */
+#ifdef STRATA_OVERRIDE
+#define ALIAS(name, target) extern __typeof(target) name __attribute__((alias(#target), visibility("default")))
+#define ALIAS_M(name, target) \
+  extern __typeof(target) name __attribute__((alias(#target), visibility("default"), malloc))
+ALIAS_M(malloc, strata_malloc);
+ALIAS(free, strata_free);
+ALIAS_M(calloc, strata_calloc);
+ALIAS(realloc, strata_realloc);
+ALIAS(reallocarray, strata_reallocarray);
+ALIAS(posix_memalign, strata_posix_memalign);
+ALIAS_M(aligned_alloc, strata_aligned_alloc);
+ALIAS_M(memalign, strata_memalign);
+ALIAS_M(valloc, strata_valloc);
+ALIAS_M(pvalloc, strata_pvalloc);
+size_t malloc_usable_size(void *) __attribute__((alias("strata_malloc_usable_size"), visibility("default")));
+ALIAS(malloc_trim, strata_malloc_trim);
+ALIAS(mallopt, strata_mallopt);
+ALIAS(mallinfo, strata_mallinfo);
+ALIAS(mallinfo2, strata_mallinfo2);
+ALIAS(malloc_stats, strata_malloc_stats);
+ALIAS(malloc_info, strata_malloc_info);
+void free_sized(void *, size_t) __attribute__((alias("strata_free_sized"), visibility("default")));
+void free_aligned_sized(void *, size_t, size_t) __attribute__((alias("strata_free_aligned_sized"), visibility("default")));
+void cfree(void *) __attribute__((alias("strata_free"), visibility("default")));
+/* glibc's internal names, which some libraries and the loader call directly. */
+void *__libc_malloc(size_t) __attribute__((malloc, alias("strata_malloc"), visibility("default")));
+void __libc_free(void *) __attribute__((alias("strata_free"), visibility("default")));
+void *__libc_calloc(size_t, size_t) __attribute__((malloc, alias("strata_calloc"), visibility("default")));
+void *__libc_realloc(void *, size_t) __attribute__((alias("strata_realloc"), visibility("default")));
+void *__libc_memalign(size_t, size_t) __attribute__((malloc, alias("strata_memalign"), visibility("default")));
+void *__libc_valloc(size_t) __attribute__((malloc, alias("strata_valloc"), visibility("default")));
+void *__libc_pvalloc(size_t) __attribute__((malloc, alias("strata_pvalloc"), visibility("default")));
+int __posix_memalign(void **, size_t, size_t) __attribute__((alias("strata_posix_memalign"), visibility("default")));
+/* jemalloc's API under its own names. */
+ALIAS_M(mallocx, strata_mallocx);
+ALIAS(rallocx, strata_rallocx);
+ALIAS(xallocx, strata_xallocx);
+ALIAS(sallocx, strata_sallocx);
+ALIAS(dallocx, strata_dallocx);
+ALIAS(sdallocx, strata_sdallocx);
+ALIAS(nallocx, strata_nallocx);
+/* C++ operator delete, every form (new is in newdelete.c). */
+/* Every form ignores its extra arguments: aliases of free share its fast path
+ * 
+ * (the System V ABI lets a callee ignore trailing arguments). */
+#define DELETE_ALIAS(name) void name(void *) __attribute__((alias("strata_free"), visibility("default")))
+DELETE_ALIAS(_ZdlPv);
+DELETE_ALIAS(_ZdaPv);
+DELETE_ALIAS(_ZdlPvRKSt9nothrow_t);
+DELETE_ALIAS(_ZdaPvRKSt9nothrow_t);
+DELETE_ALIAS(_ZdlPvm);
+DELETE_ALIAS(_ZdaPvm);
+DELETE_ALIAS(_ZdlPvSt11align_val_t);
+DELETE_ALIAS(_ZdaPvSt11align_val_t);
+DELETE_ALIAS(_ZdlPvSt11align_val_tRKSt9nothrow_t);
+DELETE_ALIAS(_ZdaPvSt11align_val_tRKSt9nothrow_t);
+DELETE_ALIAS(_ZdlPvmSt11align_val_t);
+DELETE_ALIAS(_ZdaPvmSt11align_val_t);
+#endif

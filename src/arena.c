@@ -1,0 +1,167 @@
+/*
+ * arena.c - arenas: independent heaps, each with its extents (extent.c) and a bin per
+ * small class (slab.c). narenas ordinary arenas (default 4 x usable CPUs) are created on
+ * first use; a thread binds to the least loaded at its first slow-path allocation; one
+ * more arena takes every allocation of oversize_threshold bytes and above. Memory always
+ * returns to the arena that owns it (the edata's arena_ind).
+ */
+#include <string.h>
+
+#include "internal.h"
+
+arena_t **arenas;
+unsigned narenas;
+mtx_t arenas_lock = MTX_INITIALIZER;
+
+/* Interim purge rule until time-based decay: keep at most an eighth of the active pages
+ * dirty, and at least DIRTY_FLOOR so that a freed-and-reallocated large block of up to
+ * that size is reused without page faults (glibc's adaptive mmap threshold reaches
+ * 32 MiB; 16 MiB per arena bounds the idle cost). */
+#define DIRTY_FLOOR ((size_t)16 << 20)
+
+arena_t *arena_get(unsigned ind) {
+  arena_t *a = __atomic_load_n(&arenas[ind], __ATOMIC_ACQUIRE);
+  if (likely(a != NULL)) return a;
+  mtx_lock(&arenas_lock);
+  a = arenas[ind];
+  if (a == NULL) {
+    a = meta_alloc(sizeof(arena_t));
+    if (a != NULL) {
+      mtx_init(&a->elock);
+      for (unsigned i = 0; i <= SZ_NSMALL; i++) mtx_init(&a->bins[i].lock);
+      a->ind = ind;
+      a->huge = (ind == narenas);
+      a->grow_next = (size_t)2 << 20;
+      __atomic_store_n(&arenas[ind], a, __ATOMIC_RELEASE);
+    }
+  }
+  mtx_unlock(&arenas_lock);
+  return a;
+}
+
+arena_t *arena_choose(void) {
+  unsigned best = 0, best_n = (unsigned)-1;
+  for (unsigned i = 0; i < narenas; i++) {
+    arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
+    unsigned n = a ? __atomic_load_n(&a->nthreads, __ATOMIC_RELAXED) : 0;
+    if (n < best_n) {
+      best = i;
+      best_n = n;
+      if (n == 0) break;
+    }
+  }
+  arena_t *a = arena_get(best);
+  if (a == NULL) a = arena_get(0);
+  if (a) __atomic_fetch_add(&a->nthreads, 1, __ATOMIC_RELAXED);
+  return a;
+}
+
+void arena_unbind(arena_t *a) {
+  if (a) __atomic_fetch_sub(&a->nthreads, 1, __ATOMIC_RELAXED);
+}
+
+void arena_maybe_purge(arena_t *a) {
+  size_t limit = a->nactive / 8, floor = DIRTY_FLOOR / os_page;
+  if (limit < floor) limit = floor;
+  if (a->dirty.npages > limit) extent_purge(a, limit);
+}
+
+void *arena_small_alloc(arena_t *a, szind_t ind, bool zero) {
+  void *p;
+  if (bin_fill(a, ind, &p, 1) == 0) return NULL;
+  if (zero) memset(p, 0, sz_size[ind]);
+  return p;
+}
+
+void *arena_large_alloc(arena_t *a, size_t usize, size_t align, bool zero) {
+  size_t esize = (usize + os_page - 1) & ~(os_page - 1);
+  szind_t ind = sz_size2index(usize);
+  mtx_lock(&a->elock);
+  edata_t *e = extent_alloc(a, esize, align);
+  bool zeroed = false;
+  if (e) {
+    e->szind = (uint16_t)ind;
+    extent_register(e, ind, false);
+    a->large_allocated += usize;
+    a->nlarge_malloc++;
+    zeroed = e->zeroed;
+  }
+  mtx_unlock(&a->elock);
+  if (e == NULL) return NULL;
+  if (zero && !zeroed) memset((void *)e->addr, 0, usize);
+  return (void *)e->addr;
+}
+
+void arena_large_dalloc(edata_t *e) {
+  arena_t *a = arena_of(e);
+  mtx_lock(&a->elock);
+  if (unlikely(e->state != ES_ACTIVE || e->slab)) {
+    mtx_unlock(&a->elock);
+    strata_invalid_free("free", (void *)e->addr);
+  }
+  a->large_allocated -= sz_size[e->szind];
+  a->nlarge_dalloc++;
+  extent_dalloc(a, e);
+  arena_maybe_purge(a);
+  mtx_unlock(&a->elock);
+}
+
+bool arena_large_resize(edata_t *e, size_t usize) {
+  arena_t *a = arena_of(e);
+  size_t esize = (usize + os_page - 1) & ~(os_page - 1);
+  szind_t ind = sz_size2index(usize);
+  bool fail = false, shrink = esize < e->size;
+  mtx_lock(&a->elock);
+  size_t old_usize = sz_size[e->szind];
+  if (shrink) {
+    extent_shrink_inplace(a, e, esize);
+  } else if (esize > e->size) {
+    fail = extent_grow_inplace(a, e, esize);
+  }
+  if (!fail) {
+    e->szind = (uint16_t)ind;
+    extent_register(e, ind, false);
+    a->large_allocated += usize - old_usize;
+    if (shrink) arena_maybe_purge(a);
+  }
+  mtx_unlock(&a->elock);
+  return fail;
+}
+
+/* Move a large block with mremap instead of copying; NULL if the kernel refuses (the
+ * extent spans two mappings, say): the caller then copies. */
+void *arena_large_remap(edata_t *e, size_t usize) {
+  arena_t *a = arena_of(e);
+  size_t esize = (usize + os_page - 1) & ~(os_page - 1);
+  mtx_lock(&a->elock);
+  void *p = os_remap((void *)e->addr, e->size, esize);
+  if (p == NULL) {
+    mtx_unlock(&a->elock);
+    return NULL;
+  }
+  if (rtree_ensure((uintptr_t)p, esize)) strata_fatal("out of memory for the page map");
+  rtree_write(e->addr, 0);
+  rtree_write(e->addr + e->size - GRAN, 0);
+  a->mapped += esize - e->size; /* the old range went back to the kernel with the move */
+  a->nactive += esize / os_page - e->size / os_page;
+  a->large_allocated += usize - sz_size[e->szind];
+  e->addr = (uintptr_t)p;
+  e->size = esize;
+  e->szind = (uint16_t)sz_size2index(usize);
+  extent_register(e, e->szind, false);
+  mtx_unlock(&a->elock);
+  return p;
+}
+
+size_t arena_purge_all(void) {
+  size_t purged = 0;
+  for (unsigned i = 0; i <= narenas; i++) {
+    arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
+    if (a == NULL) continue;
+    for (unsigned b = 1; b <= SZ_NSMALL; b++) bin_release_spare(a, b);
+    mtx_lock(&a->elock);
+    purged += extent_purge(a, 0);
+    mtx_unlock(&a->elock);
+  }
+  return purged;
+}

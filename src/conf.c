@@ -1,0 +1,236 @@
+/*
+ * conf.c - options in MALLOC_CONF syntax ("key:value,key:value") from, in order, the
+ * program's malloc_conf symbol, /etc/strata.conf, STRATA_CONF and MALLOC_CONF; later
+ * sources win. Every unknown key or bad value is reported once, naming the key, the
+ * value, the source and what is accepted; abort_conf:true makes any problem fatal.
+ * Runs during initialisation: no stdio, no getenv-before-libc assumptions, no malloc.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+opt_t opt = {
+    .narenas = 0,
+    .tcache = true,
+    .tcache_max = (size_t)32 << 10, /* jemalloc's default */
+    .oversize_threshold = (size_t)8 << 20,
+    .retain = true,
+    .junk = JUNK_NONE,
+    .zero = false,
+    .abort = false,
+    .abort_conf = false,
+    .confirm_conf = false,
+};
+
+extern const char *malloc_conf __attribute__((weak));
+extern char **environ;
+
+#define MAX_NARENAS 4095 /* the rtree's edata keeps arena indices in 16 bits; one is the oversize arena */
+
+static const char *const known_keys =
+    "narenas, tcache, tcache_max, oversize_threshold, retain, junk, zero, abort, abort_conf, confirm_conf";
+/* jemalloc options a later version of strata implements: accepted and ignored, with a note. */
+static const char *const later_keys[] = {"dirty_decay_ms", "muzzy_decay_ms", "background_thread",
+                                         "thp", "metadata_thp", "percpu_arena", "prof", "prof_active",
+                                         "lg_prof_sample", "lg_prof_interval", "prof_prefix",
+                                         "stats_print", "stats_print_opts", "lg_tcache_max", NULL};
+
+static void report(const char *what, const char *key, size_t klen, const char *val, size_t vlen,
+                   const char *source, const char *accepted) {
+  char k[64], v[128];
+  if (klen >= sizeof(k)) klen = sizeof(k) - 1;
+  if (vlen >= sizeof(v)) vlen = sizeof(v) - 1;
+  memcpy(k, key, klen);
+  k[klen] = '\0';
+  if (val) memcpy(v, val, vlen);
+  v[val ? vlen : 0] = '\0';
+  if (val == NULL) {
+    const char *parts[] = {"<strata>: conf: ", what, " \"", k, "\" in ", source, " (accepted: ", accepted, ")\n"};
+    msg_parts(parts, 9);
+  } else {
+    const char *parts[] = {"<strata>: conf: ", what, " \"", v, "\" for \"", k, "\" in ", source,
+                           " (accepted: ", accepted, ")\n"};
+    msg_parts(parts, 11);
+  }
+}
+
+static bool key_is(const char *k, size_t klen, const char *name) {
+  return strlen(name) == klen && memcmp(k, name, klen) == 0;
+}
+
+static bool parse_bool(const char *v, size_t n, bool *out) {
+  if (n == 4 && memcmp(v, "true", 4) == 0) return *out = true, true;
+  if (n == 5 && memcmp(v, "false", 5) == 0) return *out = false, true;
+  return false;
+}
+
+/* Decimal with an optional binary suffix (k, m, g; jemalloc takes plain numbers only). */
+static bool parse_size(const char *v, size_t n, uint64_t max, uint64_t *out) {
+  uint64_t x = 0;
+  size_t i = 0;
+  if (n == 0) return false;
+  for (; i < n && v[i] >= '0' && v[i] <= '9'; i++) {
+    if (x > (UINT64_MAX - 9) / 10) return false;
+    x = x * 10 + (uint64_t)(v[i] - '0');
+  }
+  if (i == 0) return false;
+  if (i < n) {
+    unsigned sh;
+    switch (v[i]) {
+    case 'k': case 'K': sh = 10; break;
+    case 'm': case 'M': sh = 20; break;
+    case 'g': case 'G': sh = 30; break;
+    default: return false;
+    }
+    i++;
+    if (i < n && (v[i] == 'b' || v[i] == 'B')) i++;
+    if (i != n || x > (max >> sh)) return false;
+    x <<= sh;
+  }
+  if (x > max) return false;
+  *out = x;
+  return true;
+}
+
+int conf_parse(opt_t *o, const char *s, const char *source) {
+  int problems = 0;
+  while (s && *s) {
+    while (*s == ',' || *s == ' ' || *s == '\n' || *s == '\t') s++;
+    if (!*s) break;
+    const char *k = s;
+    while (*s && *s != ':' && *s != ',') s++;
+    size_t klen = (size_t)(s - k);
+    if (*s != ':') {
+      report("missing value (key:value) for option", k, klen, NULL, 0, source, known_keys);
+      problems++;
+      continue;
+    }
+    s++;
+    const char *v = s;
+    while (*s && *s != ',' && *s != '\n') s++;
+    size_t vlen = (size_t)(s - v);
+    while (vlen && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t' || v[vlen - 1] == '\r')) vlen--;
+    bool b;
+    uint64_t x;
+    if (key_is(k, klen, "narenas")) {
+      if (parse_size(v, vlen, MAX_NARENAS, &x) && x >= 1) {
+        o->narenas = (unsigned)x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "an integer from 1 to 4095");
+        problems++;
+      }
+    } else if (key_is(k, klen, "tcache_max")) {
+      if (parse_size(v, vlen, (uint64_t)8 << 20, &x)) {
+        o->tcache_max = (size_t)x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "bytes from 0 to 8388608 (8M)");
+        problems++;
+      }
+    } else if (key_is(k, klen, "oversize_threshold")) {
+      if (parse_size(v, vlen, (uint64_t)1 << 62, &x)) {
+        o->oversize_threshold = x ? (size_t)x : (size_t)1 << 62; /* 0 disables, as in jemalloc */
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "bytes, e.g. 8388608 or 8M; 0 disables");
+        problems++;
+      }
+    } else if (key_is(k, klen, "junk")) {
+      if (vlen == 4 && memcmp(v, "true", 4) == 0) {
+        o->junk = JUNK_ALLOC | JUNK_FREE;
+      } else if (vlen == 5 && memcmp(v, "false", 5) == 0) {
+        o->junk = JUNK_NONE;
+      } else if (vlen == 5 && memcmp(v, "alloc", 5) == 0) {
+        o->junk = JUNK_ALLOC;
+      } else if (vlen == 4 && memcmp(v, "free", 4) == 0) {
+        o->junk = JUNK_FREE;
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "true, false, alloc, free");
+        problems++;
+      }
+    } else {
+      bool *dst = key_is(k, klen, "tcache")         ? &o->tcache
+                  : key_is(k, klen, "retain")       ? &o->retain
+                  : key_is(k, klen, "zero")         ? &o->zero
+                  : key_is(k, klen, "abort")        ? &o->abort
+                  : key_is(k, klen, "abort_conf")   ? &o->abort_conf
+                  : key_is(k, klen, "confirm_conf") ? &o->confirm_conf
+                                                    : NULL;
+      if (dst) {
+        if (parse_bool(v, vlen, &b)) {
+          *dst = b;
+        } else {
+          report("invalid value", k, klen, v, vlen, source, "true, false");
+          problems++;
+        }
+      } else {
+        bool later = false;
+        for (int i = 0; later_keys[i]; i++) later |= key_is(k, klen, later_keys[i]);
+        if (later) {
+          report("not supported yet, ignored: option", k, klen, NULL, 0, source, known_keys);
+        } else {
+          report("unknown option", k, klen, NULL, 0, source, known_keys);
+          problems++;
+        }
+      }
+    }
+  }
+  return problems;
+}
+
+/* getenv without libc: environ may not be set when the loader makes its first call. */
+static const char *env_get(const char *name, char *buf, size_t cap) {
+  size_t n = strlen(name);
+  if (environ != NULL) {
+    for (char **e = environ; *e; e++) {
+      if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
+    }
+    return NULL;
+  }
+  int len = os_read_file("/proc/self/environ", buf, cap);
+  for (int i = 0; i < len;) {
+    const char *e = buf + i;
+    size_t l = strlen(e);
+    if (strncmp(e, name, n) == 0 && e[n] == '=') return e + n + 1;
+    i += (int)l + 1;
+  }
+  return NULL;
+}
+
+void conf_print(const opt_t *o) {
+  char a[24], b[24], c[24];
+  const char *junk = o->junk == (JUNK_ALLOC | JUNK_FREE) ? "true"
+                     : o->junk == JUNK_ALLOC             ? "alloc"
+                     : o->junk == JUNK_FREE              ? "free"
+                                                         : "false";
+  const char *parts[] = {"<strata>: conf: narenas:", fmt_u64(a, narenas),
+                         ",tcache:", o->tcache ? "true" : "false",
+                         ",tcache_max:", fmt_u64(b, o->tcache_max),
+                         ",oversize_threshold:", fmt_u64(c, o->oversize_threshold),
+                         ",retain:", o->retain ? "true" : "false",
+                         ",junk:", junk,
+                         ",zero:", o->zero ? "true" : "false",
+                         ",abort:", o->abort ? "true" : "false",
+                         ",abort_conf:", o->abort_conf ? "true" : "false",
+                         ",confirm_conf:true\n"};
+  msg_parts(parts, 19);
+}
+
+void conf_init(void) {
+  static char envbuf[65536], filebuf[4096];
+  int problems = 0;
+  if (&malloc_conf != NULL && malloc_conf != NULL) problems += conf_parse(&opt, malloc_conf, "malloc_conf");
+  if (os_read_file("/etc/strata.conf", filebuf, sizeof(filebuf)) > 0) {
+    /* One option per line or comma-separated; '#' starts a comment line. */
+    for (char *p = filebuf; *p; p++) {
+      if (*p == '#' && (p == filebuf || p[-1] == '\n')) {
+        while (*p && *p != '\n') *p++ = ' ';
+      }
+    }
+    problems += conf_parse(&opt, filebuf, "/etc/strata.conf");
+  }
+  const char *s = env_get("STRATA_CONF", envbuf, sizeof(envbuf));
+  if (s) problems += conf_parse(&opt, s, "STRATA_CONF");
+  s = env_get("MALLOC_CONF", envbuf, sizeof(envbuf));
+  if (s) problems += conf_parse(&opt, s, "MALLOC_CONF");
+  if (problems && opt.abort_conf) strata_fatal("invalid configuration (abort_conf:true)");
+}

@@ -1,0 +1,109 @@
+/*
+ * init.c - lazy, re-entrant initialisation (safe before main, from the dynamic loader and
+ * under dlsym), the thread state, and fork handling. Lock order, which prefork follows:
+ * init_lock, tcache_list_lock, arenas_lock, then per arena in index order its bin locks
+ * (by class) and its elock, then rtree_lock, meta_lock.
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "internal.h"
+
+bool strata_ready;
+__thread tsd_t strata_tsd __attribute__((tls_model("initial-exec"))) = {.tcache = &tcache_empty};
+pthread_key_t tsd_key;
+bool tsd_key_ready;
+uint64_t ctl_epoch = 1;
+
+static mtx_t init_lock = MTX_INITIALIZER;
+static pid_t init_owner;
+
+static void fork_prepare(void);
+static void fork_parent(void);
+static void fork_child(void);
+
+bool strata_init(void) {
+  if (__atomic_load_n(&strata_ready, __ATOMIC_ACQUIRE)) return false;
+  pid_t tid = os_gettid();
+  /* Nothing below allocates, so re-entry means a signal handler interrupted us. */
+  if (__atomic_load_n(&init_owner, __ATOMIC_RELAXED) == tid) return true;
+  mtx_lock(&init_lock);
+  if (strata_ready) {
+    mtx_unlock(&init_lock);
+    return false;
+  }
+  __atomic_store_n(&init_owner, tid, __ATOMIC_RELAXED);
+  os_init();
+  conf_init();
+  sz_init();
+  narenas = opt.narenas ? opt.narenas : 4 * os_ncpus;
+  if (narenas > 4095) narenas = 4095;
+  tcache_boot();
+  arenas = meta_alloc(sizeof(arena_t *) * (narenas + 1));
+  if (arenas == NULL || arena_get(0) == NULL) {
+    __atomic_store_n(&init_owner, 0, __ATOMIC_RELAXED);
+    mtx_unlock(&init_lock);
+    return true;
+  }
+  if (opt.confirm_conf) conf_print(&opt);
+  __atomic_store_n(&strata_ready, true, __ATOMIC_RELEASE);
+  __atomic_store_n(&init_owner, 0, __ATOMIC_RELAXED);
+  mtx_unlock(&init_lock);
+  /* These may call malloc: strata is ready, so that is served normally. */
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
+  if (pthread_key_create(&tsd_key, tcache_thread_exit) == 0) {
+    __atomic_store_n(&tsd_key_ready, true, __ATOMIC_RELEASE);
+  }
+  return false;
+}
+
+tsd_t *tsd_fetch(void) {
+  if (unlikely(!__atomic_load_n(&strata_ready, __ATOMIC_ACQUIRE)) && strata_init()) return NULL;
+  return &strata_tsd;
+}
+
+/* ---------------------------------------------------------------- fork */
+static void fork_locks(void (*op)(mtx_t *), bool reverse) {
+  mtx_t *order[3] = {&init_lock, &tcache_list_lock, &arenas_lock};
+  mtx_t *tail[2] = {&rtree_lock, &meta_lock};
+  if (!reverse) {
+    for (int i = 0; i < 3; i++) op(order[i]);
+    for (unsigned i = 0; i <= narenas; i++) {
+      arena_t *a = arenas[i];
+      if (a == NULL) continue;
+      for (unsigned b = 1; b <= SZ_NSMALL; b++) op(&a->bins[b].lock);
+      op(&a->elock);
+    }
+    for (int i = 0; i < 2; i++) op(tail[i]);
+  } else {
+    for (int i = 1; i >= 0; i--) op(tail[i]);
+    for (unsigned i = narenas + 1; i-- > 0;) {
+      arena_t *a = arenas[i];
+      if (a == NULL) continue;
+      op(&a->elock);
+      for (unsigned b = SZ_NSMALL; b >= 1; b--) op(&a->bins[b].lock);
+    }
+    for (int i = 2; i >= 0; i--) op(order[i]);
+  }
+}
+
+static void op_lock(mtx_t *m) { mtx_lock(m); }
+static void op_unlock(mtx_t *m) { mtx_unlock(m); }
+static void op_reinit(mtx_t *m) { mtx_init(m); }
+
+static void fork_prepare(void) { fork_locks(op_lock, false); }
+static void fork_parent(void) { fork_locks(op_unlock, true); }
+
+static void fork_child(void) {
+  fork_locks(op_reinit, true);
+  /* Only the forking thread exists in the child: other threads' caches stay allocated
+   * (their regions are lost to the child, as with every allocator) but are unlisted so
+   * that nothing walks them. The caller's own cache stays live. */
+  tcache_t *self = strata_tsd.state == TSD_ACTIVE ? strata_tsd.tcache : NULL;
+  tcache_list = self;
+  if (self) self->next = self->prev = NULL;
+  for (unsigned i = 0; i < narenas; i++) {
+    if (arenas[i]) arenas[i]->nthreads = 0;
+  }
+  if (strata_tsd.arena) strata_tsd.arena->nthreads = 1;
+}

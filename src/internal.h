@@ -1,0 +1,327 @@
+/*
+ * internal.h - strata's types and the functions each layer offers the ones above it.
+ * Layers, bottom to top: os, meta, rtree, sizeclass, extent, slab/bin, arena, tcache,
+ * entry points (alloc.c). A layer includes this header but calls only downward.
+ * The hot inline paths (rtree lookup, size lookup) live here.
+ */
+#ifndef STRATA_INTERNAL_H
+#define STRATA_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+#include <sys/types.h>
+
+#include "strata.h"
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define HIDDEN __attribute__((visibility("hidden")))
+#define NOINLINE __attribute__((noinline))
+#define NORETURN __attribute__((noreturn))
+#define CACHELINE 64
+
+#ifdef STRATA_DEBUG
+#define sassert(c) ((c) ? (void)0 : strata_assert_fail(#c, __FILE__, __LINE__))
+#else
+#define sassert(c) ((void)0)
+#endif
+
+/* ------------------------------------------------------------------ report.c */
+/* Messages go to stderr by raw write(2), prefixed "<strata>: ", never through stdio. */
+HIDDEN void msg_write(const char *s);
+HIDDEN void msg_parts(const char *const *parts, int n);
+HIDDEN char *fmt_u64(char *buf, uint64_t v);  /* returns buf, NUL-terminated */
+HIDDEN char *fmt_hex(char *buf, uint64_t v);  /* "0x..." */
+HIDDEN NORETURN void strata_invalid_free(const char *func, const void *p);
+HIDDEN NORETURN void strata_fatal(const char *what);
+HIDDEN NORETURN void strata_assert_fail(const char *cond, const char *file, int line);
+
+/* ------------------------------------------------------------------ os.c */
+/* The only layer that talks to the kernel about memory. */
+HIDDEN extern size_t os_page;      /* run-time page size (4K, 16K, 64K) */
+HIDDEN extern unsigned os_ncpus;   /* CPUs this process may use: affinity and cgroup cpu.max */
+HIDDEN extern uint64_t os_mem_limit; /* cgroup memory.max in bytes, 0 if none */
+HIDDEN void os_init(void);
+HIDDEN void *os_map(size_t size, size_t align); /* NULL on failure; zeroed */
+HIDDEN void os_unmap(void *addr, size_t size);
+HIDDEN void os_purge(void *addr, size_t size); /* MADV_DONTNEED: contents become zero */
+HIDDEN void *os_remap(void *addr, size_t old, size_t new_size); /* mremap MAYMOVE; NULL on failure */
+HIDDEN int os_read_file(const char *path, char *buf, size_t cap); /* bytes read, -1 on error */
+HIDDEN pid_t os_gettid(void);
+
+/* ------------------------------------------------------------------ locks */
+/* pthread mutexes: they never allocate, TSan understands them, fork reinitialises them. */
+typedef struct {
+  pthread_mutex_t m;
+} mtx_t;
+#define MTX_INITIALIZER {PTHREAD_MUTEX_INITIALIZER}
+static inline void mtx_init(mtx_t *m) { pthread_mutex_init(&m->m, NULL); }
+static inline void mtx_lock(mtx_t *m) { pthread_mutex_lock(&m->m); }
+static inline void mtx_unlock(mtx_t *m) { pthread_mutex_unlock(&m->m); }
+
+/* ------------------------------------------------------------------ meta.c */
+/* Bump allocator for strata's own structures; never returns memory, never calls malloc. */
+HIDDEN void *meta_alloc(size_t size); /* zeroed, 64-byte aligned when size >= 64; NULL on OOM */
+HIDDEN size_t meta_mapped(void);
+HIDDEN size_t meta_used(void);
+HIDDEN extern mtx_t meta_lock;
+
+/* ------------------------------------------------------------------ rtree.c */
+/*
+ * Page map: a 2-level radix tree over 47-bit addresses keyed by 4 KiB granule (fixed,
+ * whatever the OS page size, so the shifts are constants). An entry packs
+ *   bits 48..63  szind (0: none; SZ_FREE: boundary of a free extent; SZ_LAST: last
+ *                granule of an active large extent, so interior frees fail fast)
+ *   bits  4..47  edata pointer (16-byte aligned)
+ *   bit   0      slab
+ * L1 lives in .bss (1 MiB, untouched pages cost nothing); leaves (2 MiB, 1 GiB of
+ * address space each) are mapped on demand and never freed.
+ */
+#define LG_GRAN 12
+#define GRAN ((size_t)1 << LG_GRAN)
+#define RT_LG_LEAF 18
+#define RT_LG_VA 47
+#define RT_L1_SIZE ((size_t)1 << (RT_LG_VA - LG_GRAN - RT_LG_LEAF))
+#define RT_LEAF_SIZE ((size_t)1 << RT_LG_LEAF)
+HIDDEN extern uint64_t *rtree_l1[RT_L1_SIZE];
+HIDDEN extern mtx_t rtree_lock;
+
+static inline uint64_t *rtree_slot(uintptr_t a) {
+  size_t i = a >> (LG_GRAN + RT_LG_LEAF);
+  if (unlikely(i >= RT_L1_SIZE)) return NULL;
+  uint64_t *leaf = __atomic_load_n(&rtree_l1[i], __ATOMIC_ACQUIRE);
+  if (unlikely(leaf == NULL)) return NULL;
+  return &leaf[(a >> LG_GRAN) & (RT_LEAF_SIZE - 1)];
+}
+static inline uint64_t rtree_read(uintptr_t a) {
+  uint64_t *s = rtree_slot(a);
+  return s ? __atomic_load_n(s, __ATOMIC_ACQUIRE) : 0;
+}
+/* Writes: only for granules whose leaves exist (rtree_ensure at map time). */
+static inline void rtree_write(uintptr_t a, uint64_t v) {
+  uint64_t *s = rtree_slot(a);
+  sassert(s != NULL);
+  __atomic_store_n(s, v, __ATOMIC_RELEASE);
+}
+HIDDEN bool rtree_ensure(uintptr_t a, size_t size); /* true on failure */
+#define RT_SZ_SHIFT 48
+#define RT_SLAB ((uint64_t)1)
+#define RT_PTR_MASK ((((uint64_t)1) << RT_SZ_SHIFT) - 16)
+#define rt_szind(e) ((unsigned)((e) >> RT_SZ_SHIFT))
+#define rt_edata(e) ((edata_t *)(uintptr_t)((e) & RT_PTR_MASK))
+#define rt_make(ed, ind, slab) \
+  (((uint64_t)(ind) << RT_SZ_SHIFT) | (uint64_t)(uintptr_t)(ed) | ((slab) ? RT_SLAB : 0))
+
+/* ------------------------------------------------------------------ sizeclass.c */
+/*
+ * jemalloc's spacing: 8, 16, 32, 48, ..., 128, then four classes per doubling.
+ * Index 0 means "no class" so that an empty rtree entry can never pass the free fast
+ * path's bounds check. Small classes (slabs) are 1..SZ_NSMALL (up to 14 KiB); larger
+ * ones are page extents.
+ */
+typedef unsigned szind_t;
+#define SZ_NSMALL 36
+#define SZ_SMALL_MAX ((size_t)14336)
+#define SZ_LOOKUP_MAX ((size_t)4096)
+#define SZ_NCLASSES 229 /* index of 2^62, the largest class */
+#define SZ_FREE 0xfffeu
+#define SZ_LAST 0xfffdu
+#define SZ_MAX ((size_t)1 << 62)
+HIDDEN extern uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
+HIDDEN extern size_t sz_size[SZ_NCLASSES + 1];
+
+typedef struct {
+  size_t size;       /* region size */
+  size_t slab_size;  /* bytes per slab (multiple of os_page) */
+  uint32_t nregs;
+  uint32_t bm_words; /* bitmap words per slab */
+  uint64_t div_magic; /* ceil(2^32 / size): region index by multiply */
+} bin_info_t;
+HIDDEN extern bin_info_t bin_info[SZ_NSMALL + 1];
+HIDDEN void sz_init(void);
+HIDDEN szind_t sz_size2index_compute(size_t size);
+static inline szind_t sz_size2index(size_t size) {
+  if (likely(size <= SZ_LOOKUP_MAX)) return sz_lookup[(size + 7) >> 3];
+  return sz_size2index_compute(size);
+}
+/* Usable size for (size, alignment); 0 if impossible. */
+HIDDEN size_t sz_sa2u(size_t size, size_t align);
+/* Page-quantised bucket of a free extent (4 per doubling of the page count). */
+#define PSZ_N 160
+HIDDEN unsigned psz_floor(size_t npages);
+HIDDEN unsigned psz_ceil(size_t npages);
+
+/* ------------------------------------------------------------------ extent.c */
+/* A pairing heap keyed by address: lowest address first, O(1) insert. */
+typedef struct ph_node_s {
+  struct ph_node_s *child, *next, *prev;
+} ph_node_t;
+
+enum { ES_ACTIVE = 0, ES_DIRTY = 1, ES_RETAINED = 2 };
+
+typedef struct edata_s edata_t;
+struct edata_s {
+  uintptr_t addr;
+  size_t size;         /* bytes, multiple of os_page */
+  ph_node_t ph;        /* free extent: in eset bucket; slab: in bin's nonfull heap */
+  edata_t *lru_next;   /* dirty extents, oldest first (purge order) */
+  edata_t *lru_prev;
+  uint64_t *bitmap;    /* slab: 1 bit per region, 1 = free */
+  uint32_t nfree;      /* slab: free regions */
+  uint16_t szind;      /* active: size class */
+  uint16_t arena_ind;  /* fixed for the edata's life: pools are per arena */
+  uint8_t state;       /* ES_* */
+  uint8_t slab;
+  uint8_t zeroed;      /* contents known to be zero (fresh or purged pages) */
+  uint8_t bucket;      /* eset bucket while free */
+  uint16_t bm_hint;    /* slab: first bitmap word that may hold a free bit */
+};
+
+typedef struct {
+  ph_node_t *heaps[PSZ_N];
+  uint64_t nonempty[(PSZ_N + 63) / 64];
+  size_t npages;
+} eset_t;
+
+typedef struct arena_s arena_t;
+/* All take the arena's extent lock (elock) as noted. */
+HIDDEN edata_t *extent_alloc(arena_t *a, size_t size, size_t align); /* elock held */
+HIDDEN void extent_dalloc(arena_t *a, edata_t *e);                   /* elock held */
+HIDDEN bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size); /* elock held; true on failure */
+HIDDEN void extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size); /* elock held */
+HIDDEN size_t extent_purge(arena_t *a, size_t target_pages); /* elock held; returns pages purged */
+HIDDEN void extent_register(edata_t *e, unsigned szind, bool slab); /* boundary (or all, for slabs) */
+HIDDEN void extent_deregister_interior(edata_t *e);
+HIDDEN edata_t *edata_get(arena_t *a); /* elock held */
+HIDDEN void edata_put(arena_t *a, edata_t *e); /* elock held */
+HIDDEN void ph_insert(ph_node_t **root, ph_node_t *n);
+HIDDEN void ph_remove(ph_node_t **root, ph_node_t *n);
+#define ph_edata(n) ((edata_t *)((char *)(n) - offsetof(edata_t, ph)))
+
+/* ------------------------------------------------------------------ slab.c / bins */
+typedef struct {
+  mtx_t lock;           /* guards everything below and the bitmaps of this bin's slabs */
+  edata_t *cur;         /* slab regions are taken from */
+  ph_node_t *nonfull;   /* other slabs with free regions, lowest address first */
+  edata_t *spare;       /* one empty slab kept so bursts do not bounce slabs */
+  void *bitmap_free;    /* recycled bitmaps (intrusive list) */
+  size_t curregs;       /* regions handed out (to threads or caches) */
+  size_t curslabs;
+  uint64_t nmalloc, ndalloc, nfills, nflushes;
+} __attribute__((aligned(CACHELINE))) bin_t;
+HIDDEN unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n);
+HIDDEN void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, edata_t **eds, unsigned n);
+HIDDEN void bin_release_spare(arena_t *a, szind_t ind);
+
+/* ------------------------------------------------------------------ arena.c */
+/*
+ * Lock order (fork takes them all in this order): init_lock, tcache_list_lock,
+ * arenas_lock, then per arena in index order: bins[1..SZ_NSMALL].lock, elock;
+ * then rtree_lock, meta_lock. Code may go right in this list while holding a lock
+ * (bin -> elock -> rtree/meta), never left, and holds at most one arena's locks.
+ */
+struct arena_s {
+  mtx_t elock;            /* guards the fields up to the bins */
+  eset_t dirty;           /* freed, still resident */
+  eset_t retained;        /* address space kept, no memory (purged or never touched) */
+  edata_t *lru_head, *lru_tail; /* dirty extents, oldest first */
+  edata_t *edata_free;
+  size_t grow_next;       /* next mapping size when growing */
+  size_t nactive;         /* pages in active extents (slabs and large) */
+  size_t mapped;          /* bytes mapped from the OS */
+  size_t large_allocated; /* usable bytes of active large extents */
+  uint64_t nlarge_malloc, nlarge_dalloc, npurged;
+  unsigned ind;
+  bool huge;              /* the oversize arena */
+  unsigned nthreads;      /* threads bound (atomic) */
+  bin_t bins[SZ_NSMALL + 1];
+};
+HIDDEN extern arena_t **arenas;   /* [narenas + 1]; the last is the oversize arena */
+HIDDEN extern unsigned narenas;   /* ordinary arenas */
+HIDDEN extern mtx_t arenas_lock;
+HIDDEN arena_t *arena_get(unsigned ind); /* creates on first use; NULL on OOM */
+HIDDEN arena_t *arena_choose(void);       /* least loaded, binds the thread */
+HIDDEN void arena_unbind(arena_t *a);
+HIDDEN void *arena_large_alloc(arena_t *a, size_t usize, size_t align, bool zero);
+HIDDEN void arena_large_dalloc(edata_t *e);
+HIDDEN void *arena_small_alloc(arena_t *a, szind_t ind, bool zero);
+HIDDEN bool arena_large_resize(edata_t *e, size_t usize); /* in place; true on failure */
+HIDDEN void *arena_large_remap(edata_t *e, size_t usize); /* mremap; NULL on failure */
+HIDDEN size_t arena_purge_all(void); /* pages purged */
+HIDDEN void arena_maybe_purge(arena_t *a); /* elock held */
+static inline arena_t *arena_of(const edata_t *e) { return arenas[e->arena_ind]; }
+
+/* ------------------------------------------------------------------ tcache.c */
+typedef struct {
+  void *head;      /* intrusive LIFO of free regions */
+  uint32_t count;
+  uint32_t max;    /* 0: this class is not cached */
+} tbin_t;
+#define TCACHE_NBINS_MAX 74 /* classes 1..73: up to 8 MiB, jemalloc's tcache_max limit */
+typedef struct tcache_s tcache_t;
+struct tcache_s {
+  tbin_t bins[TCACHE_NBINS_MAX];
+  arena_t *arena;
+  tcache_t *next, *prev;         /* registry, for fork and stats */
+  uint32_t gc_ticks, gc_bin;
+  uint8_t events[TCACHE_NBINS_MAX]; /* fills/flushes since the GC last looked */
+};
+enum { TSD_NOMINAL = 0, TSD_ACTIVE, TSD_NOCACHE, TSD_DEAD };
+typedef struct {
+  tcache_t *tcache;        /* never NULL: &tcache_empty until the thread has one */
+  uint64_t allocated;      /* thread.allocated */
+  uint64_t deallocated;    /* thread.deallocated */
+  arena_t *arena;          /* bound arena (NULL until first slow path) */
+  uint8_t state;
+  uint8_t reentrant;       /* inside a locked slow path (signal re-entry guard) */
+} tsd_t;
+HIDDEN extern __thread tsd_t strata_tsd __attribute__((tls_model("initial-exec")));
+HIDDEN extern tcache_t tcache_empty;
+HIDDEN extern unsigned tcache_nbins; /* classes cached: 1..tcache_nbins-1 */
+HIDDEN void tcache_boot(void);
+HIDDEN tcache_t *tcache_get_slow(tsd_t *tsd); /* creates the thread's cache; NULL if none */
+HIDDEN void *tcache_alloc_hard(tsd_t *tsd, tcache_t *tc, szind_t ind);
+HIDDEN void tcache_dalloc_hard(tsd_t *tsd, tcache_t *tc, szind_t ind, void *p);
+HIDDEN void tcache_flush_all(tcache_t *tc);
+HIDDEN void tcache_thread_exit(void *arg);
+HIDDEN extern mtx_t tcache_list_lock;
+HIDDEN extern tcache_t *tcache_list;
+
+/* ------------------------------------------------------------------ conf.c */
+enum { JUNK_NONE = 0, JUNK_ALLOC = 1, JUNK_FREE = 2 };
+typedef struct {
+  unsigned narenas;          /* 0: 4 x CPUs */
+  bool tcache;
+  size_t tcache_max;
+  size_t oversize_threshold;
+  bool retain;
+  unsigned junk;             /* JUNK_* bits */
+  bool zero;
+  bool abort;
+  bool abort_conf;
+  bool confirm_conf;
+} opt_t;
+HIDDEN extern opt_t opt;
+HIDDEN void conf_init(void);
+/* Parses one MALLOC_CONF-syntax string; returns the number of problems reported. */
+HIDDEN int conf_parse(opt_t *o, const char *s, const char *source);
+HIDDEN void conf_print(const opt_t *o);
+
+/* ------------------------------------------------------------------ init.c */
+HIDDEN extern bool strata_ready;
+HIDDEN bool strata_init(void); /* true on failure */
+HIDDEN tsd_t *tsd_fetch(void); /* initialised process, this thread's state */
+HIDDEN extern pthread_key_t tsd_key;
+HIDDEN extern bool tsd_key_ready;
+HIDDEN extern uint64_t ctl_epoch;
+
+/* ------------------------------------------------------------------ stats (ctl.c) */
+typedef struct {
+  size_t allocated, active, metadata, resident, mapped, retained, dirty;
+  size_t small_allocated, large_allocated;
+} stats_t;
+HIDDEN void stats_merge(stats_t *s);
+
+#endif /* STRATA_INTERNAL_H */

@@ -1,0 +1,65 @@
+/*
+ * newdelete.c - every C++ operator new/delete form, written in C under their Itanium
+ * ABI names so that libstrata needs no libstdc++ (C programs that preload it do not
+ * load one). Failure follows the standard: call the new_handler and retry, throw
+ * std::bad_alloc (via libstdc++'s own __throw_bad_alloc, resolved in C++ programs) or
+ * return NULL for the nothrow forms.
+ */
+#include <stddef.h>
+
+#include "internal.h"
+
+#ifdef STRATA_OVERRIDE
+typedef void (*new_handler_t)(void);
+/* Weak: present whenever a C++ program (hence libstdc++) is loaded. */
+extern new_handler_t _ZSt15get_new_handlerv(void) __attribute__((weak));
+extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));
+
+#define EXPORT __attribute__((visibility("default")))
+
+static NOINLINE void *new_slow(size_t size, size_t align, bool nothrow) {
+  for (;;) {
+    void *p = NULL;
+    if (align <= 16) {
+      p = strata_malloc(size);
+    } else if (strata_posix_memalign(&p, align, size) != 0) {
+      p = NULL;
+    }
+    if (p) return p;
+    new_handler_t h = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
+    if (h == NULL) {
+      if (nothrow) return NULL;
+      if (_ZSt17__throw_bad_allocv) _ZSt17__throw_bad_allocv();
+      strata_fatal("operator new: out of memory and no C++ runtime to throw std::bad_alloc");
+    }
+    /* A handler that throws from a nothrow new propagates: documented deviation. */
+    h();
+  }
+}
+
+static inline void *new_impl(size_t size) {
+  void *p = strata_malloc(size);
+  return likely(p != NULL) ? p : new_slow(size, 0, false);
+}
+
+EXPORT void *_Znwm(size_t n) { return new_impl(n); }
+EXPORT void *_Znam(size_t n) { return new_impl(n); }
+EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const void *t) {
+  (void)t;
+  void *p = strata_malloc(n);
+  return p ? p : new_slow(n, 0, true);
+}
+EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const void *t) { return _ZnwmRKSt9nothrow_t(n, t); }
+EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t al) { return new_slow(n, al, false); }
+EXPORT void *_ZnamSt11align_val_t(size_t n, size_t al) { return new_slow(n, al, false); }
+EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *t) {
+  (void)t;
+  return new_slow(n, al, true);
+}
+EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *t) {
+  (void)t;
+  return new_slow(n, al, true);
+}
+
+/* The delete forms are aliases of free, in alloc.c. */
+#endif

@@ -1,0 +1,78 @@
+/*
+ * report.c - messages to stderr by raw write(2), never through stdio (which may
+ * allocate), and the fatal paths: invalid free, out of metadata, failed assertion.
+ */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static void write_all(const char *s, size_t n) {
+  while (n > 0) {
+    ssize_t w = syscall(SYS_write, 2, s, n);
+    if (w <= 0) return;
+    s += w;
+    n -= (size_t)w;
+  }
+}
+
+void msg_parts(const char *const *parts, int n) {
+  char buf[1024];
+  size_t len = 0;
+  for (int i = 0; i < n; i++) {
+    for (const char *p = parts[i]; *p && len < sizeof(buf) - 1; p++) buf[len++] = *p;
+  }
+  write_all(buf, len);
+}
+
+void msg_write(const char *s) { write_all(s, strlen(s)); }
+
+char *fmt_u64(char *buf, uint64_t v) {
+  char tmp[24];
+  int n = 0;
+  do {
+    tmp[n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v);
+  for (int i = 0; i < n; i++) buf[i] = tmp[n - 1 - i];
+  buf[n] = '\0';
+  return buf;
+}
+
+char *fmt_hex(char *buf, uint64_t v) {
+  static const char digits[] = "0123456789abcdef";
+  char tmp[20];
+  int n = 0;
+  do {
+    tmp[n++] = digits[v & 15];
+    v >>= 4;
+  } while (v);
+  buf[0] = '0';
+  buf[1] = 'x';
+  for (int i = 0; i < n; i++) buf[2 + i] = tmp[n - 1 - i];
+  buf[2 + n] = '\0';
+  return buf;
+}
+
+void strata_invalid_free(const char *func, const void *p) {
+  char hex[24];
+  const char *parts[] = {"<strata>: ", func, "(): invalid pointer ", fmt_hex(hex, (uintptr_t)p), "\n"};
+  msg_parts(parts, 5);
+  abort();
+}
+
+void strata_fatal(const char *what) {
+  const char *parts[] = {"<strata>: fatal: ", what, "\n"};
+  msg_parts(parts, 3);
+  abort();
+}
+
+void strata_assert_fail(const char *cond, const char *file, int line) {
+  char num[24];
+  const char *parts[] = {"<strata>: assertion failed: ", cond, " at ", file, ":", fmt_u64(num, (uint64_t)line), "\n"};
+  msg_parts(parts, 7);
+  abort();
+}

@@ -1,0 +1,95 @@
+/*
+ * sizeclass.c - size classes (jemalloc's spacing), the size -> class lookup table, the
+ * slab geometry of each small class, and the page-count buckets of free extents.
+ */
+#include "internal.h"
+
+uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
+size_t sz_size[SZ_NCLASSES + 1];
+bin_info_t bin_info[SZ_NSMALL + 1];
+
+/* Smallest slab: 16 KiB keeps per-slab metadata (edata + bitmap) near 1% for 16..128 B
+ * objects; a slab grows (up to 16 of them) until the tail waste is under 1/64. */
+#define SLAB_MIN ((size_t)16 << 10)
+#define SLAB_MAX_MULT 16
+
+/* Classes 1..9: 8, 16, 32, ..., 128; then 4 per doubling: base + k * base/4. */
+static size_t class_size(szind_t ind) {
+  if (ind == 1) return 8;
+  if (ind <= 9) return (size_t)(ind - 1) * 16;
+  unsigned lg = 7 + (ind - 10) / 4, k = (ind - 10) % 4 + 1;
+  return ((size_t)1 << lg) + (size_t)k * ((size_t)1 << (lg - 2));
+}
+
+szind_t sz_size2index_compute(size_t size) {
+  if (size <= 8) return 1;
+  if (size <= 128) return (szind_t)((size + 15) >> 4) + 1;
+  if (size > SZ_MAX) return 0;
+  unsigned lg = 63 - (unsigned)__builtin_clzll(size - 1); /* size in (2^lg, 2^(lg+1)] */
+  size_t delta = (size_t)1 << (lg - 2);
+  unsigned k = (unsigned)((size - ((size_t)1 << lg) + delta - 1) >> (lg - 2));
+  return 10 + (lg - 7) * 4 + k - 1;
+}
+
+size_t sz_sa2u(size_t size, size_t align) {
+  if (size > SZ_MAX || align > SZ_MAX) return 0;
+  if (align <= 8) align = 1;
+  szind_t ind = sz_size2index(size ? size : 1);
+  if (ind == 0 || ind > SZ_NCLASSES) return 0;
+  if (align <= os_page) {
+    /* A class whose size is a multiple of align is naturally aligned in its slab. */
+    for (szind_t i = ind; i <= SZ_NSMALL; i++) {
+      if ((sz_size[i] & (align - 1)) == 0) return sz_size[i];
+    }
+    if (ind <= SZ_NSMALL) ind = SZ_NSMALL + 1;
+    return sz_size[ind];
+  }
+  /* Larger alignments: a page extent of the class, carved aligned out of a bigger one. */
+  if (ind <= SZ_NSMALL) ind = SZ_NSMALL + 1;
+  return sz_size[ind];
+}
+
+void sz_init(void) {
+  for (szind_t i = 1; i <= SZ_NCLASSES; i++) sz_size[i] = class_size(i);
+  for (size_t s = 0; s <= SZ_LOOKUP_MAX; s += 8) sz_lookup[s >> 3] = (uint8_t)sz_size2index_compute(s ? s : 1);
+  for (szind_t i = 1; i <= SZ_NSMALL; i++) {
+    size_t size = sz_size[i], best = 0, best_waste = (size_t)-1;
+    size_t minp = SLAB_MIN > os_page ? SLAB_MIN / os_page : 1;
+    for (size_t p = minp; p <= minp * SLAB_MAX_MULT; p++) {
+      size_t bytes = p * os_page, waste = bytes % size;
+      if (waste < best_waste) {
+        best = bytes;
+        best_waste = waste;
+      }
+      if (waste * 64 <= bytes) break;
+    }
+    bin_info_t *bi = &bin_info[i];
+    bi->size = size;
+    bi->slab_size = best;
+    bi->nregs = (uint32_t)(best / size);
+    bi->bm_words = (bi->nregs + 63) / 64;
+    bi->div_magic = (((uint64_t)1 << 32) + size - 1) / size;
+  }
+}
+
+/* Page-count buckets: 1, 2, 3, 4, then 4 per doubling (5..8, 10..16, 20..32, ...). */
+static size_t psz_class(unsigned idx) {
+  if (idx < 4) return idx + 1;
+  unsigned lg = 2 + (idx - 4) / 4, k = (idx - 4) % 4 + 1;
+  return ((size_t)1 << lg) + (size_t)k * ((size_t)1 << (lg - 2));
+}
+
+unsigned psz_ceil(size_t n) {
+  if (n <= 4) return n ? (unsigned)n - 1 : 0;
+  unsigned lg = 63 - (unsigned)__builtin_clzll(n - 1);
+  size_t delta = (size_t)1 << (lg - 2);
+  unsigned k = (unsigned)((n - ((size_t)1 << lg) + delta - 1) >> (lg - 2));
+  unsigned idx = 4 + (lg - 2) * 4 + k - 1;
+  return idx < PSZ_N ? idx : PSZ_N - 1;
+}
+
+unsigned psz_floor(size_t n) {
+  unsigned c = psz_ceil(n);
+  if (psz_class(c) > n && c > 0) c--;
+  return c;
+}

@@ -1,0 +1,156 @@
+/*
+ * slab.c - slabs and bins: a slab is an extent cut into equal regions with a bitmap
+ * (1 = free) kept outside the slab so regions stay naturally aligned. Each arena has a
+ * bin per small class with its own lock; a bin serves regions from its current slab,
+ * then from its non-full slabs lowest address first, and keeps one empty slab spare so
+ * bursts do not bounce slabs to the extent layer. Fills and flushes come in batches.
+ */
+#include <string.h>
+
+#include "internal.h"
+
+static void bitmap_init(uint64_t *bm, const bin_info_t *bi) {
+  for (uint32_t w = 0; w < bi->bm_words; w++) bm[w] = ~(uint64_t)0;
+  uint32_t tail = bi->nregs % 64;
+  if (tail) bm[bi->bm_words - 1] = ((uint64_t)1 << tail) - 1;
+}
+
+/* bin lock held; takes the arena's elock inside (lock order bin -> elock). */
+static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
+  const bin_info_t *bi = &bin_info[ind];
+  uint64_t *bm = bin->bitmap_free;
+  if (bm) {
+    bin->bitmap_free = *(void **)bm;
+  } else if ((bm = meta_alloc(bi->bm_words * sizeof(uint64_t))) == NULL) {
+    return NULL;
+  }
+  mtx_lock(&a->elock);
+  edata_t *s = extent_alloc(a, bi->slab_size, os_page);
+  if (s) {
+    s->slab = 1;
+    s->szind = (uint16_t)ind;
+    extent_register(s, ind, true);
+  }
+  mtx_unlock(&a->elock);
+  if (s == NULL) {
+    *(void **)bm = bin->bitmap_free;
+    bin->bitmap_free = bm;
+    return NULL;
+  }
+  bitmap_init(bm, bi);
+  s->bitmap = bm;
+  s->nfree = bi->nregs;
+  s->bm_hint = 0;
+  bin->curslabs++;
+  return s;
+}
+
+/* bin lock held. */
+static void slab_release(arena_t *a, bin_t *bin, edata_t *s) {
+  *(void **)s->bitmap = bin->bitmap_free;
+  bin->bitmap_free = s->bitmap;
+  s->bitmap = NULL;
+  bin->curslabs--;
+  mtx_lock(&a->elock);
+  extent_deregister_interior(s);
+  extent_dalloc(a, s);
+  arena_maybe_purge(a);
+  mtx_unlock(&a->elock);
+}
+
+static inline void *slab_take(edata_t *s, const bin_info_t *bi) {
+  unsigned w = s->bm_hint;
+  while (s->bitmap[w] == 0) w++;
+  uint64_t word = s->bitmap[w];
+  unsigned bit = (unsigned)__builtin_ctzll(word);
+  s->bitmap[w] = word & (word - 1);
+  s->bm_hint = (uint16_t)w;
+  s->nfree--;
+  return (void *)(s->addr + ((size_t)w * 64 + bit) * bi->size);
+}
+
+/* The next slab to serve from: lowest non-full, else the spare, else a new one. */
+static edata_t *bin_next_slab(arena_t *a, bin_t *bin, szind_t ind) {
+  edata_t *s;
+  if (bin->nonfull) {
+    s = ph_edata(bin->nonfull);
+    ph_remove(&bin->nonfull, bin->nonfull);
+  } else if (bin->spare) {
+    s = bin->spare;
+    bin->spare = NULL;
+  } else {
+    s = slab_new(a, bin, ind);
+  }
+  bin->cur = s;
+  return s;
+}
+
+unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n) {
+  const bin_info_t *bi = &bin_info[ind];
+  bin_t *bin = &a->bins[ind];
+  unsigned got = 0;
+  mtx_lock(&bin->lock);
+  while (got < n) {
+    edata_t *s = bin->cur;
+    if (s == NULL || s->nfree == 0) {
+      s = bin_next_slab(a, bin, ind);
+      if (s == NULL) break;
+    }
+    while (got < n && s->nfree) out[got++] = slab_take(s, bi);
+  }
+  bin->curregs += got;
+  bin->nmalloc += got;
+  bin->nfills++;
+  mtx_unlock(&bin->lock);
+  return got;
+}
+
+/* Return one region; bin lock held. Detects pointers not at a region start and regions
+ * already free: both are reported with the address before aborting. */
+static void slab_dalloc_region(arena_t *a, bin_t *bin, const bin_info_t *bi, edata_t *s, void *p) {
+  uint64_t diff = (uintptr_t)p - s->addr;
+  uint64_t regind = (diff * bi->div_magic) >> 32;
+  if (unlikely(regind >= bi->nregs || regind * bi->size != diff)) {
+    mtx_unlock(&bin->lock);
+    strata_invalid_free("free", p);
+  }
+  uint64_t *w = &s->bitmap[regind / 64], bit = (uint64_t)1 << (regind % 64);
+  if (unlikely(*w & bit)) {
+    mtx_unlock(&bin->lock);
+    strata_invalid_free("free", p);
+  }
+  *w |= bit;
+  if (regind / 64 < s->bm_hint) s->bm_hint = (uint16_t)(regind / 64);
+  s->nfree++;
+  if (s == bin->cur) return;
+  if (s->nfree == bi->nregs) {
+    if (bi->nregs > 1) ph_remove(&bin->nonfull, &s->ph);
+    if (bin->spare == NULL) {
+      bin->spare = s;
+    } else {
+      slab_release(a, bin, s);
+    }
+  } else if (s->nfree == 1) {
+    ph_insert(&bin->nonfull, &s->ph);
+  }
+}
+
+void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, edata_t **eds, unsigned n) {
+  const bin_info_t *bi = &bin_info[ind];
+  bin_t *bin = &a->bins[ind];
+  mtx_lock(&bin->lock);
+  for (unsigned i = 0; i < n; i++) slab_dalloc_region(a, bin, bi, eds[i], ptrs[i]);
+  bin->curregs -= n;
+  bin->ndalloc += n;
+  bin->nflushes++;
+  mtx_unlock(&bin->lock);
+}
+
+void bin_release_spare(arena_t *a, szind_t ind) {
+  bin_t *bin = &a->bins[ind];
+  mtx_lock(&bin->lock);
+  edata_t *s = bin->spare;
+  bin->spare = NULL;
+  if (s) slab_release(a, bin, s);
+  mtx_unlock(&bin->lock);
+}

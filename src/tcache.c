@@ -1,0 +1,200 @@
+/*
+ * tcache.c - per-thread caches: for each class up to tcache_max, a bounded LIFO of free
+ * regions (an intrusive list) that the inline fast paths pop and push. Misses fill half
+ * a bin in one batch under the bin lock; overflows flush half, grouped by owning arena
+ * so that cross-thread frees go back one lock per batch, never one per object. An
+ * incremental GC flushes bins a thread stopped using; a thread's cache is flushed by a
+ * pthread key destructor and recycled.
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "internal.h"
+
+tcache_t tcache_empty; /* every bin empty with max 0: the fast paths always miss */
+unsigned tcache_nbins;
+static uint32_t tbin_max[TCACHE_NBINS_MAX];
+mtx_t tcache_list_lock = MTX_INITIALIZER;
+tcache_t *tcache_list;      /* live caches; guarded by tcache_list_lock */
+static tcache_t *tcache_pool; /* caches of exited threads, for reuse */
+
+/* Slots per class: twice a slab's regions, clamped to [20, 200] (jemalloc's defaults,
+ * which balance refill frequency against memory held per thread); large classes 4. */
+#define TBIN_SMALL_MIN 20
+#define TBIN_SMALL_MAX 200
+#define TBIN_LARGE 4
+/* The GC looks at one bin every GC_INTERVAL fills and flushes. */
+#define GC_INTERVAL 32
+#define FLUSH_BUF 256
+
+void tcache_boot(void) {
+  if (!opt.tcache || opt.junk != JUNK_NONE || opt.zero) {
+    tcache_nbins = 0; /* junk and zero need every allocation on the slow path */
+    return;
+  }
+  size_t maxsz = opt.tcache_max;
+  szind_t last = 0;
+  if (maxsz >= 8) {
+    last = sz_size2index(maxsz);
+    if (last == 0 || last >= TCACHE_NBINS_MAX) last = TCACHE_NBINS_MAX - 1;
+    if (sz_size[last] > maxsz) last--;
+  }
+  tcache_nbins = last + 1;
+  for (szind_t i = 1; i < tcache_nbins; i++) {
+    if (i <= SZ_NSMALL) {
+      uint32_t m = bin_info[i].nregs * 2;
+      tbin_max[i] = m < TBIN_SMALL_MIN ? TBIN_SMALL_MIN : m > TBIN_SMALL_MAX ? TBIN_SMALL_MAX : m;
+    } else {
+      tbin_max[i] = TBIN_LARGE;
+    }
+  }
+}
+
+tcache_t *tcache_get_slow(tsd_t *tsd) {
+  if (tsd->state == TSD_ACTIVE) return tsd->tcache;
+  if (tsd->state != TSD_NOMINAL || tcache_nbins == 0) return NULL;
+  if (!__atomic_load_n(&tsd_key_ready, __ATOMIC_ACQUIRE)) return NULL; /* retry later */
+  mtx_lock(&tcache_list_lock);
+  tcache_t *tc = tcache_pool;
+  if (tc) tcache_pool = tc->next;
+  mtx_unlock(&tcache_list_lock);
+  if (tc == NULL && (tc = meta_alloc(sizeof(tcache_t))) == NULL) return NULL;
+  memset(tc, 0, sizeof(*tc));
+  for (szind_t i = 1; i < tcache_nbins; i++) tc->bins[i].max = tbin_max[i];
+  if (tsd->arena == NULL) tsd->arena = arena_choose();
+  tc->arena = tsd->arena;
+  mtx_lock(&tcache_list_lock);
+  tc->next = tcache_list;
+  if (tcache_list) tcache_list->prev = tc;
+  tcache_list = tc;
+  mtx_unlock(&tcache_list_lock);
+  tsd->tcache = tc;
+  tsd->state = TSD_ACTIVE;
+  /* May allocate (glibc's second-level key array): the cache is live, so that is fine. */
+  pthread_setspecific(tsd_key, tc);
+  return tc;
+}
+
+/* Flush all but `keep` of bin ind (the hottest, at the head, stay). */
+static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
+  tbin_t *b = &tc->bins[ind];
+  while (b->count > keep) {
+    void *ptrs[FLUSH_BUF];
+    edata_t *eds[FLUSH_BUF];
+    uint32_t n = b->count - keep;
+    if (n > FLUSH_BUF) n = FLUSH_BUF;
+    /* Walk to the cut; the tail beyond it is flushed. */
+    void **link = &b->head;
+    for (uint32_t i = 0; i < b->count - n; i++) link = (void **)*link;
+    void *p = *link;
+    *link = NULL;
+    for (uint32_t i = 0; i < n; i++) {
+      ptrs[i] = p;
+      p = *(void **)p;
+    }
+    b->count -= n;
+    for (uint32_t i = 0; i < n; i++) {
+      uint64_t e = rtree_read((uintptr_t)ptrs[i]);
+      eds[i] = rt_edata(e);
+      bool ok = ind <= SZ_NSMALL ? (e & RT_SLAB) && rt_szind(e) == ind
+                                 : rt_szind(e) == ind && eds[i]->addr == (uintptr_t)ptrs[i];
+      if (unlikely(!ok)) strata_invalid_free("free", ptrs[i]);
+    }
+    if (ind > SZ_NSMALL) {
+      for (uint32_t i = 0; i < n; i++) arena_large_dalloc(eds[i]);
+      continue;
+    }
+    /* Group by owning arena: one bin lock per arena per batch. */
+    uint32_t left = n;
+    while (left) {
+      unsigned ai = eds[0]->arena_ind;
+      uint32_t j = 0, k = 0;
+      void *optrs[FLUSH_BUF];
+      edata_t *oeds[FLUSH_BUF];
+      for (uint32_t i = 0; i < left; i++) {
+        if (eds[i]->arena_ind == ai) {
+          optrs[k] = ptrs[i];
+          oeds[k++] = eds[i];
+        } else {
+          ptrs[j] = ptrs[i];
+          eds[j++] = eds[i];
+        }
+      }
+      bin_dalloc_batch(arenas[ai], ind, optrs, oeds, k);
+      left = j;
+    }
+  }
+}
+
+static void tcache_event(tcache_t *tc, szind_t ind) {
+  tc->events[ind] = 1;
+  if (++tc->gc_ticks < GC_INTERVAL) return;
+  tc->gc_ticks = 0;
+  if (++tc->gc_bin >= tcache_nbins) tc->gc_bin = 1;
+  szind_t g = tc->gc_bin;
+  /* A bin with no fill or flush since the last visit was not under pressure: give half
+   * of what it holds back, so a class the thread stopped using drains over time. */
+  if (!tc->events[g] && tc->bins[g].count > 0) tcache_flush_bin(tc, g, tc->bins[g].count / 2);
+  tc->events[g] = 0;
+}
+
+void *tcache_alloc_hard(tsd_t *tsd, tcache_t *tc, szind_t ind) {
+  (void)tsd;
+  tbin_t *b = &tc->bins[ind];
+  void *p;
+  if (ind <= SZ_NSMALL) {
+    void *buf[TBIN_SMALL_MAX];
+    unsigned want = b->max / 2 ? b->max / 2 : 1;
+    unsigned got = bin_fill(tc->arena, ind, buf, want);
+    if (got == 0) return NULL;
+    /* Lowest addresses end up at the head: they are handed out first. */
+    for (unsigned i = got - 1; i >= 1; i--) {
+      *(void **)buf[i] = b->head;
+      b->head = buf[i];
+    }
+    b->count += got - 1;
+    p = buf[0];
+  } else {
+    p = arena_large_alloc(tc->arena, sz_size[ind], 0, false);
+  }
+  tcache_event(tc, ind);
+  return p;
+}
+
+void tcache_dalloc_hard(tsd_t *tsd, tcache_t *tc, szind_t ind, void *p) {
+  (void)tsd;
+  tbin_t *b = &tc->bins[ind];
+  if (unlikely(p == b->head)) strata_invalid_free("free", p);
+  if (b->count >= b->max) {
+    tcache_flush_bin(tc, ind, b->max / 2);
+    tcache_event(tc, ind);
+  }
+  *(void **)p = b->head;
+  b->head = p;
+  b->count++;
+}
+
+void tcache_flush_all(tcache_t *tc) {
+  for (szind_t i = 1; i < tcache_nbins; i++) tcache_flush_bin(tc, i, 0);
+}
+
+void tcache_thread_exit(void *arg) {
+  tcache_t *tc = arg;
+  tsd_t *tsd = &strata_tsd;
+  if (tc == NULL || tsd->tcache != tc) return;
+  /* Later destructors may still allocate: they are served without a cache. */
+  tsd->tcache = &tcache_empty;
+  tsd->state = TSD_DEAD;
+  tcache_flush_all(tc);
+  mtx_lock(&tcache_list_lock);
+  if (tc->prev) {
+    tc->prev->next = tc->next;
+  } else {
+    tcache_list = tc->next;
+  }
+  if (tc->next) tc->next->prev = tc->prev;
+  tc->next = tcache_pool;
+  tc->prev = NULL;
+  tcache_pool = tc;
+  mtx_unlock(&tcache_list_lock);
+}
