@@ -13,12 +13,6 @@ arena_t **arenas;
 unsigned narenas;
 mtx_t arenas_lock = MTX_INITIALIZER;
 
-/* Interim purge rule until time-based decay: keep at most an eighth of the active pages
- * dirty, and at least DIRTY_FLOOR so that a freed-and-reallocated large block of up to
- * that size is reused without page faults (glibc's adaptive mmap threshold reaches
- * 32 MiB; 16 MiB per arena bounds the idle cost). */
-#define DIRTY_FLOOR ((size_t)16 << 20)
-
 arena_t *arena_get(unsigned ind) {
   arena_t *a = __atomic_load_n(&arenas[ind], __ATOMIC_ACQUIRE);
   if (likely(a != NULL)) return a;
@@ -60,12 +54,6 @@ void arena_unbind(arena_t *a) {
   if (a) __atomic_fetch_sub(&a->nthreads, 1, __ATOMIC_RELAXED);
 }
 
-void arena_maybe_purge(arena_t *a) {
-  size_t limit = a->nactive / 8, floor = DIRTY_FLOOR / os_page;
-  if (limit < floor) limit = floor;
-  if (a->dirty.npages > limit) extent_purge(a, limit);
-}
-
 void *arena_small_alloc(arena_t *a, szind_t ind, bool zero) {
   void *p;
   if (bin_fill(a, ind, &p, 1) == 0) return NULL;
@@ -102,8 +90,8 @@ void arena_large_dalloc(edata_t *e) {
   a->large_allocated -= sz_size[e->szind];
   a->nlarge_dalloc++;
   extent_dalloc(a, e);
-  arena_maybe_purge(a);
   mtx_unlock(&a->elock);
+  arena_maybe_purge(a);
 }
 
 bool arena_large_resize(edata_t *e, size_t usize) {
@@ -122,9 +110,9 @@ bool arena_large_resize(edata_t *e, size_t usize) {
     e->szind = (uint16_t)ind;
     extent_register(e, ind, false);
     a->large_allocated += usize - old_usize;
-    if (shrink) arena_maybe_purge(a);
   }
   mtx_unlock(&a->elock);
+  if (shrink) arena_maybe_purge(a);
   return fail;
 }
 

@@ -21,6 +21,7 @@ opt_t opt = {
     .abort = false,
     .abort_conf = false,
     .confirm_conf = false,
+    .dirty_decay_ms = 10000, /* jemalloc's default */
 };
 
 extern const char *malloc_conf __attribute__((weak));
@@ -29,9 +30,10 @@ extern char **environ;
 #define MAX_NARENAS 4095 /* the rtree's edata keeps arena indices in 16 bits; one is the oversize arena */
 
 static const char *const known_keys =
-    "narenas, tcache, tcache_max, oversize_threshold, retain, junk, zero, abort, abort_conf, confirm_conf";
+    "narenas, tcache, tcache_max, oversize_threshold, retain, junk, zero, abort, abort_conf, confirm_conf, "
+    "dirty_decay_ms";
 /* jemalloc options a later version of strata implements: accepted and ignored, with a note. */
-static const char *const later_keys[] = {"dirty_decay_ms", "muzzy_decay_ms", "background_thread",
+static const char *const later_keys[] = {"muzzy_decay_ms", "background_thread",
                                          "thp", "metadata_thp", "percpu_arena", "prof", "prof_active",
                                          "lg_prof_sample", "lg_prof_interval", "prof_prefix",
                                          "stats_print", "stats_print_opts", "lg_tcache_max", NULL};
@@ -134,6 +136,15 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
         report("invalid value", k, klen, v, vlen, source, "bytes, e.g. 8388608 or 8M; 0 disables");
         problems++;
       }
+    } else if (key_is(k, klen, "dirty_decay_ms")) {
+      if (vlen == 2 && memcmp(v, "-1", 2) == 0) {
+        o->dirty_decay_ms = -1;
+      } else if (parse_size(v, vlen, (uint64_t)1 << 40, &x) && x == (uint64_t)(int64_t)x) {
+        o->dirty_decay_ms = (int64_t)x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "milliseconds >= 0, or -1 to never purge by age");
+        problems++;
+      }
     } else if (key_is(k, klen, "junk")) {
       if (vlen == 4 && memcmp(v, "true", 4) == 0) {
         o->junk = JUNK_ALLOC | JUNK_FREE;
@@ -197,7 +208,7 @@ static const char *env_get(const char *name, char *buf, size_t cap) {
 }
 
 void conf_print(const opt_t *o) {
-  char a[24], b[24], c[24];
+  char a[24], b[24], c[24], d[24];
   const char *junk = o->junk == (JUNK_ALLOC | JUNK_FREE) ? "true"
                      : o->junk == JUNK_ALLOC             ? "alloc"
                      : o->junk == JUNK_FREE              ? "free"
@@ -211,8 +222,9 @@ void conf_print(const opt_t *o) {
                          ",zero:", o->zero ? "true" : "false",
                          ",abort:", o->abort ? "true" : "false",
                          ",abort_conf:", o->abort_conf ? "true" : "false",
+                         ",dirty_decay_ms:", o->dirty_decay_ms < 0 ? "-1" : fmt_u64(d, (uint64_t)o->dirty_decay_ms),
                          ",confirm_conf:true\n"};
-  msg_parts(parts, 19);
+  msg_parts(parts, 21);
 }
 
 void conf_init(void) {

@@ -234,7 +234,10 @@ static void extent_insert_free(arena_t *a, edata_t *e, unsigned state) {
   }
   extent_register(e, SZ_FREE, false);
   eset_insert(es, e);
-  if (state == ES_DIRTY) lru_append(a, e);
+  if (state == ES_DIRTY) {
+    e->dirty_ns = decay_now();
+    lru_append(a, e);
+  }
 }
 
 /* Map more address space into the retained set. */
@@ -299,6 +302,7 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     l->size = lead;
     l->state = (uint8_t)state;
     l->zeroed = f->zeroed;
+    l->dirty_ns = f->dirty_ns;
     extent_register(l, SZ_FREE, false);
     eset_insert(es, l);
     if (state == ES_DIRTY) lru_insert_after(a, f, l);
@@ -308,6 +312,7 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     t->size = trail;
     t->state = (uint8_t)state;
     t->zeroed = f->zeroed;
+    t->dirty_ns = f->dirty_ns;
     extent_register(t, SZ_FREE, false);
     eset_insert(es, t);
     if (state == ES_DIRTY) lru_insert_after(a, f, t);
@@ -324,6 +329,7 @@ void extent_dalloc(arena_t *a, edata_t *e) {
   a->nactive -= e->size / os_page;
   e->zeroed = 0;
   extent_insert_free(a, e, ES_DIRTY);
+  arena_note_dirty(a);
 }
 
 bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size) {
@@ -359,28 +365,47 @@ void extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size) {
   e->size = new_size;
   a->nactive -= t->size / os_page;
   extent_insert_free(a, t, ES_DIRTY);
+  arena_note_dirty(a);
 }
 
 size_t extent_purge(arena_t *a, size_t target_pages) {
   size_t purged = 0;
   while (a->dirty.npages > target_pages && a->lru_head != NULL) {
-    edata_t *e = a->lru_head;
-    eset_remove(&a->dirty, e);
-    lru_remove(a, e);
-    purged += e->size / os_page;
-    a->npurged += e->size / os_page;
-    if (opt.retain) {
-      os_purge((void *)e->addr, e->size);
-      e->zeroed = 1;
+    /* Take a batch out of the dirty set (oldest first), purge it without the lock. */
+    edata_t *batch = NULL;
+    size_t n = 0;
+    while (a->dirty.npages > target_pages && a->lru_head != NULL && n < 64) {
+      edata_t *e = a->lru_head;
+      eset_remove(&a->dirty, e);
+      lru_remove(a, e);
+      e->state = ES_PURGING;
+      e->lru_next = batch;
+      batch = e;
+      n++;
+    }
+    mtx_unlock(&a->elock);
+    for (edata_t *e = batch; e; e = e->lru_next) {
+      if (opt.retain) {
+        os_purge((void *)e->addr, e->size);
+      } else {
+        os_unmap((void *)e->addr, e->size);
+      }
+    }
+    mtx_lock(&a->elock);
+    while (batch) {
+      edata_t *e = batch;
+      batch = e->lru_next;
+      purged += e->size / os_page;
+      a->npurged += e->size / os_page;
       rtree_write(e->addr, 0);
       rtree_write(last_gran(e), 0);
-      extent_insert_free(a, e, ES_RETAINED);
-    } else {
-      rtree_write(e->addr, 0);
-      rtree_write(last_gran(e), 0);
-      os_unmap((void *)e->addr, e->size);
-      a->mapped -= e->size;
-      edata_put(a, e);
+      if (opt.retain) {
+        e->zeroed = 1;
+        extent_insert_free(a, e, ES_RETAINED);
+      } else {
+        a->mapped -= e->size;
+        edata_put(a, e);
+      }
     }
   }
   return purged;

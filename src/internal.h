@@ -159,7 +159,8 @@ typedef struct ph_node_s {
   struct ph_node_s *child, *next, *prev;
 } ph_node_t;
 
-enum { ES_ACTIVE = 0, ES_DIRTY = 1, ES_RETAINED = 2 };
+/* ES_PURGING: taken out of the dirty set to be purged outside the lock; never merged. */
+enum { ES_ACTIVE = 0, ES_DIRTY = 1, ES_RETAINED = 2, ES_PURGING = 3 };
 
 typedef struct edata_s edata_t;
 struct edata_s {
@@ -168,7 +169,10 @@ struct edata_s {
   ph_node_t ph;        /* free extent: in eset bucket; slab: in bin's nonfull heap */
   edata_t *lru_next;   /* dirty extents, oldest first (purge order) */
   edata_t *lru_prev;
-  uint64_t *bitmap;    /* slab: 1 bit per region, 1 = free */
+  union {
+    uint64_t *bitmap;  /* slab: 1 bit per region, 1 = free */
+    uint64_t dirty_ns; /* dirty extent: when it became dirty (decay clock) */
+  };
   uint32_t nfree;      /* slab: free regions */
   uint16_t szind;      /* active: size class */
   uint16_t arena_ind;  /* fixed for the edata's life: pools are per arena */
@@ -191,7 +195,8 @@ HIDDEN edata_t *extent_alloc(arena_t *a, size_t size, size_t align); /* elock he
 HIDDEN void extent_dalloc(arena_t *a, edata_t *e);                   /* elock held */
 HIDDEN bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size); /* elock held; true on failure */
 HIDDEN void extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size); /* elock held */
-HIDDEN size_t extent_purge(arena_t *a, size_t target_pages); /* elock held; returns pages purged */
+/* elock held on entry and exit, dropped around the madvise/munmap calls; returns pages. */
+HIDDEN size_t extent_purge(arena_t *a, size_t target_pages);
 HIDDEN void extent_register(edata_t *e, unsigned szind, bool slab); /* boundary (or all, for slabs) */
 HIDDEN void extent_deregister_interior(edata_t *e);
 HIDDEN edata_t *edata_get(arena_t *a); /* elock held */
@@ -236,6 +241,10 @@ struct arena_s {
   unsigned ind;
   bool huge;              /* the oversize arena */
   unsigned nthreads;      /* threads bound (atomic) */
+  bool purge_pending;     /* atomic: a decay step is due, purge after unlocking */
+  uint64_t decay_epoch_ns;  /* start of the current decay step */
+  size_t decay_nunpurged;   /* dirty pages after the last step */
+  size_t decay_backlog[100]; /* pages newly dirtied per step, newest first (DECAY_STEPS) */
   bin_t bins[SZ_NSMALL + 1];
 };
 HIDDEN extern arena_t **arenas;   /* [narenas + 1]; the last is the oversize arena */
@@ -250,7 +259,10 @@ HIDDEN void *arena_small_alloc(arena_t *a, szind_t ind, bool zero);
 HIDDEN bool arena_large_resize(edata_t *e, size_t usize); /* in place; true on failure */
 HIDDEN void *arena_large_remap(edata_t *e, size_t usize); /* mremap; NULL on failure */
 HIDDEN size_t arena_purge_all(void); /* pages purged */
-HIDDEN void arena_maybe_purge(arena_t *a); /* elock held */
+/* decay.c: dirty pages age out over dirty_decay_ms along a linear curve, oldest first. */
+HIDDEN uint64_t decay_now(void);
+HIDDEN void arena_note_dirty(arena_t *a);  /* elock held: sets purge_pending if a step is due */
+HIDDEN void arena_maybe_purge(arena_t *a); /* no lock held */
 static inline arena_t *arena_of(const edata_t *e) { return arenas[e->arena_ind]; }
 
 /* ------------------------------------------------------------------ tcache.c */
@@ -302,6 +314,7 @@ typedef struct {
   bool abort;
   bool abort_conf;
   bool confirm_conf;
+  int64_t dirty_decay_ms;    /* -1: never purge by age; 0: purge at once */
 } opt_t;
 HIDDEN extern opt_t opt;
 HIDDEN void conf_init(void);

@@ -54,7 +54,6 @@ static void slab_release(arena_t *a, bin_t *bin, edata_t *s) {
   mtx_lock(&a->elock);
   extent_deregister_interior(s);
   extent_dalloc(a, s);
-  arena_maybe_purge(a);
   mtx_unlock(&a->elock);
 }
 
@@ -144,6 +143,7 @@ void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, edata_t **eds, unsig
   bin->ndalloc += n;
   bin->nflushes++;
   mtx_unlock(&bin->lock);
+  arena_maybe_purge(a);
 }
 
 void bin_release_spare(arena_t *a, szind_t ind) {
@@ -153,4 +153,5 @@ void bin_release_spare(arena_t *a, szind_t ind) {
   bin->spare = NULL;
   if (s) slab_release(a, bin, s);
   mtx_unlock(&bin->lock);
+  arena_maybe_purge(a);
 }
