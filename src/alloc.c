@@ -45,7 +45,7 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
       p = b->head;
       if (p) {
         b->head = *(void **)p;
-        b->count--;
+        b->avail++;
       } else {
         p = tcache_alloc_hard(tsd, tc, ind);
       }
@@ -92,13 +92,22 @@ static void *ialloc_aligned(tsd_t *tsd, size_t size, size_t align, bool zero, bo
 }
 
 /* Look up p for a deallocating call; reports and aborts if strata does not own it. */
-static inline edata_t *lookup_owned(const void *p, szind_t *ind, const char *func) {
+/* The class of a block strata owns, or 0: slab granules carry it in the rtree entry;
+ * a large block must be an active extent and p its first byte. */
+static inline szind_t owned_szind(const void *p, edata_t **edp) {
   uint64_t e = rtree_read((uintptr_t)p);
   edata_t *ed = rt_edata(e);
-  szind_t i = rt_szind(e);
-  if (unlikely(ed == NULL || i == 0 || i > SZ_NCLASSES)) strata_invalid_free(func, p);
-  if (unlikely(i > SZ_NSMALL && (uintptr_t)p != ed->addr)) strata_invalid_free(func, p);
-  *ind = i;
+  *edp = ed;
+  if (ed == NULL) return 0;
+  if (e & RT_SLAB) return rt_szind(e);
+  if (ed->state != ES_ACTIVE || ed->slab || (uintptr_t)p != ed->addr) return 0;
+  return ed->szind;
+}
+
+static inline edata_t *lookup_owned(const void *p, szind_t *ind, const char *func) {
+  edata_t *ed;
+  *ind = owned_szind(p, &ed);
+  if (unlikely(*ind == 0)) strata_invalid_free(func, p);
   return ed;
 }
 
@@ -111,10 +120,10 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
     if (tc) {
       tbin_t *b = &tc->bins[ind];
       tsd->reentrant = 1;
-      if (likely(b->count < b->max && p != b->head)) {
+      if (likely(b->avail != 0 && p != b->head)) {
         *(void **)p = b->head;
         b->head = p;
-        b->count++;
+        b->avail--;
       } else {
         tcache_dalloc_hard(tsd, tc, ind, p);
       }
@@ -152,14 +161,13 @@ static NOINLINE void *malloc_slow(size_t size) {
 
 EXPORT void *strata_malloc(size_t size) {
   if (likely(size <= SZ_LOOKUP_MAX)) {
-    szind_t ind = sz_lookup[(size + 7) >> 3];
-    tsd_t *tsd = &strata_tsd;
-    tbin_t *b = &tsd->tcache->bins[ind];
+    size_t ind = sz_lookup[(size + 7) >> 3];
+    tbin_t *b = &strata_tsd.tcache->bins[ind];
     void *p = b->head;
     if (likely(p != NULL)) {
       b->head = *(void **)p;
-      b->count--;
-      tsd->allocated += sz_size[ind];
+      b->avail++;
+      b->nmalloc++;
       return p;
     }
   }
@@ -178,17 +186,15 @@ static NOINLINE void free_slow(void *p, bool use_tcache) {
 EXPORT void strata_free(void *p) {
   uint64_t *slot = rtree_slot((uintptr_t)p);
   if (likely(slot != NULL)) {
-    uint64_t e = *slot;
-    szind_t ind = rt_szind(e);
-    tsd_t *tsd = &strata_tsd;
-    tbin_t *b = &tsd->tcache->bins[ind];
-    /* ind 0 (not ours) has max 0 in every cache; large and free-extent entries fail the
-     * bound and take the slow path, which validates them. */
-    if (likely(ind <= SZ_NSMALL && b->count < b->max && p != b->head)) {
+    /* The entry's class is 0 unless p is in a slab, and bin 0 never has room: large
+     * blocks, free extents and foreign pages all take the slow path, which validates. */
+    size_t ind = rt_szind(__atomic_load_n(slot, __ATOMIC_RELAXED));
+    tbin_t *b = &strata_tsd.tcache->bins[ind];
+    if (likely(b->avail != 0 && p != b->head)) {
       *(void **)p = b->head;
       b->head = p;
-      b->count++;
-      tsd->deallocated += sz_size[ind];
+      b->avail--;
+      b->ndalloc++;
       return;
     }
   }
@@ -225,11 +231,9 @@ EXPORT void *strata_calloc(size_t n, size_t size) {
 }
 
 static size_t usable_size(const void *p) {
-  uint64_t e = rtree_read((uintptr_t)p);
-  szind_t ind = rt_szind(e);
-  if (ind == 0 || ind > SZ_NCLASSES) return 0;
-  if (ind > SZ_NSMALL && (uintptr_t)p != rt_edata(e)->addr) return 0;
-  return sz_size[ind];
+  edata_t *ed;
+  szind_t ind = owned_szind(p, &ed);
+  return ind ? sz_size[ind] : 0;
 }
 
 /* realloc and rallocx: resize keeping contents; NULL on failure with p intact. */

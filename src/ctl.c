@@ -102,8 +102,12 @@ static int ctl_by_index(size_t i, void *oldp, size_t *oldlenp, void *newp, size_
   case N_ST_RESIDENT: return ctl_read(oldp, oldlenp, &s.resident, sizeof(size_t));
   case N_ST_MAPPED: return ctl_read(oldp, oldlenp, &s.mapped, sizeof(size_t));
   case N_ST_RETAINED: return ctl_read(oldp, oldlenp, &s.retained, sizeof(size_t));
-  case N_TH_ALLOCATED: return ctl_read(oldp, oldlenp, &tsd->allocated, sizeof(uint64_t));
-  case N_TH_DEALLOCATED: return ctl_read(oldp, oldlenp, &tsd->deallocated, sizeof(uint64_t));
+  case N_TH_ALLOCATED:
+  case N_TH_DEALLOCATED: {
+    uint64_t al, de;
+    tcache_counts(tsd, &al, &de);
+    return ctl_read(oldp, oldlenp, i == N_TH_ALLOCATED ? &al : &de, sizeof(uint64_t));
+  }
   case N_OPT_NARENAS: {
     unsigned n = narenas;
     return ctl_read(oldp, oldlenp, &n, sizeof(n));

@@ -118,9 +118,9 @@ void extent_register(edata_t *e, unsigned szind, bool slab) {
     for (uintptr_t g = e->addr; g < e->addr + e->size; g += GRAN) rtree_write(g, v);
     return;
   }
-  /* Last first: when first == last the first entry wins. */
-  rtree_write(last_gran(e), rt_make(e, szind == SZ_FREE ? SZ_FREE : SZ_LAST, 0));
-  rtree_write(e->addr, rt_make(e, szind, 0));
+  (void)szind; /* large and free extents: class 0, see the rtree entry layout */
+  rtree_write(last_gran(e), rt_make(e, 0, 0));
+  rtree_write(e->addr, rt_make(e, 0, 0));
 }
 
 void extent_deregister_interior(edata_t *e) {
@@ -198,9 +198,8 @@ static eset_t *eset_of(arena_t *a, unsigned state) { return state == ES_DIRTY ? 
  * arena check comes first: edata never change arena, so reading arena_ind of another
  * arena's edata is safe, and its other fields are then never read. */
 static edata_t *mergeable(arena_t *a, uint64_t ent, unsigned state) {
-  if (rt_szind(ent) != SZ_FREE) return NULL;
   edata_t *n = rt_edata(ent);
-  if (n == NULL || n->arena_ind != a->ind || n->state != state) return NULL;
+  if (n == NULL || (ent & RT_SLAB) || n->arena_ind != a->ind || n->state != state) return NULL;
   return n;
 }
 
@@ -232,7 +231,7 @@ static void extent_insert_free(arena_t *a, edata_t *e, unsigned state) {
     e->zeroed = e->zeroed && n->zeroed;
     edata_put(a, n);
   }
-  extent_register(e, SZ_FREE, false);
+  extent_register(e, 0, false);
   eset_insert(es, e);
   if (state == ES_DIRTY) {
     e->dirty_ns = decay_now();
@@ -303,7 +302,7 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     l->state = (uint8_t)state;
     l->zeroed = f->zeroed;
     l->dirty_ns = f->dirty_ns;
-    extent_register(l, SZ_FREE, false);
+    extent_register(l, 0, false);
     eset_insert(es, l);
     if (state == ES_DIRTY) lru_insert_after(a, f, l);
   }
@@ -313,7 +312,7 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     t->state = (uint8_t)state;
     t->zeroed = f->zeroed;
     t->dirty_ns = f->dirty_ns;
-    extent_register(t, SZ_FREE, false);
+    extent_register(t, 0, false);
     eset_insert(es, t);
     if (state == ES_DIRTY) lru_insert_after(a, f, t);
   }
@@ -346,7 +345,7 @@ bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size) {
   if (n->size > need) {
     n->addr += need;
     n->size -= need;
-    extent_register(n, SZ_FREE, false);
+    extent_register(n, 0, false);
     eset_insert(es, n); /* same place in the purge order */
   } else {
     if (state == ES_DIRTY) lru_remove(a, n);

@@ -72,10 +72,13 @@ HIDDEN extern mtx_t meta_lock;
 /*
  * Page map: a 2-level radix tree over 47-bit addresses keyed by 4 KiB granule (fixed,
  * whatever the OS page size, so the shifts are constants). An entry packs
- *   bits 48..63  szind (0: none; SZ_FREE: boundary of a free extent; SZ_LAST: last
- *                granule of an active large extent, so interior frees fail fast)
+ *   bits 48..63  the size class of a slab granule, 0 for every other entry (large
+ *                extents, free extents): the free fast path indexes the thread cache
+ *                with it directly, and bin 0 never has room, so no bounds check
  *   bits  4..47  edata pointer (16-byte aligned)
  *   bit   0      slab
+ * Slabs map every granule; other extents map their first and last granule (for free()
+ * and for coalescing with neighbours).
  * L1 lives in .bss (1 MiB, untouched pages cost nothing); leaves (2 MiB, 1 GiB of
  * address space each) are mapped on demand and never freed.
  */
@@ -126,8 +129,6 @@ typedef unsigned szind_t;
 #define SZ_SMALL_MAX ((size_t)14336)
 #define SZ_LOOKUP_MAX ((size_t)4096)
 #define SZ_NCLASSES 229 /* index of 2^62, the largest class */
-#define SZ_FREE 0xfffeu
-#define SZ_LAST 0xfffdu
 #define SZ_MAX ((size_t)1 << 62)
 HIDDEN extern uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
 HIDDEN extern size_t sz_size[SZ_NCLASSES + 1];
@@ -268,9 +269,12 @@ static inline arena_t *arena_of(const edata_t *e) { return arenas[e->arena_ind];
 /* ------------------------------------------------------------------ tcache.c */
 typedef struct {
   void *head;      /* intrusive LIFO of free regions */
-  uint32_t count;
-  uint32_t max;    /* 0: this class is not cached */
+  uint32_t avail;  /* room left: max - cached (0 for classes not cached) */
+  uint32_t max;
+  uint64_t nmalloc; /* fast-path counts, for thread.allocated / deallocated */
+  uint64_t ndalloc;
 } tbin_t;
+static inline uint32_t tbin_count(const tbin_t *b) { return b->max - b->avail; }
 #define TCACHE_NBINS_MAX 74 /* classes 1..73: up to 8 MiB, jemalloc's tcache_max limit */
 typedef struct tcache_s tcache_t;
 struct tcache_s {
@@ -283,8 +287,8 @@ struct tcache_s {
 enum { TSD_NOMINAL = 0, TSD_ACTIVE, TSD_NOCACHE, TSD_DEAD };
 typedef struct {
   tcache_t *tcache;        /* never NULL: &tcache_empty until the thread has one */
-  uint64_t allocated;      /* thread.allocated */
-  uint64_t deallocated;    /* thread.deallocated */
+  uint64_t allocated;      /* thread.allocated: slow paths (plus the caches' counts) */
+  uint64_t deallocated;    /* thread.deallocated: likewise */
   arena_t *arena;          /* bound arena (NULL until first slow path) */
   uint8_t state;
   uint8_t reentrant;       /* inside a locked slow path (signal re-entry guard) */
@@ -298,6 +302,7 @@ HIDDEN void *tcache_alloc_hard(tsd_t *tsd, tcache_t *tc, szind_t ind);
 HIDDEN void tcache_dalloc_hard(tsd_t *tsd, tcache_t *tc, szind_t ind, void *p);
 HIDDEN void tcache_flush_all(tcache_t *tc);
 HIDDEN void tcache_thread_exit(void *arg);
+HIDDEN void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated);
 HIDDEN extern mtx_t tcache_list_lock;
 HIDDEN extern tcache_t *tcache_list;
 

@@ -60,7 +60,7 @@ tcache_t *tcache_get_slow(tsd_t *tsd) {
   mtx_unlock(&tcache_list_lock);
   if (tc == NULL && (tc = meta_alloc(sizeof(tcache_t))) == NULL) return NULL;
   memset(tc, 0, sizeof(*tc));
-  for (szind_t i = 1; i < tcache_nbins; i++) tc->bins[i].max = tbin_max[i];
+  for (szind_t i = 1; i < tcache_nbins; i++) tc->bins[i].max = tc->bins[i].avail = tbin_max[i];
   if (tsd->arena == NULL) tsd->arena = arena_choose();
   tc->arena = tsd->arena;
   mtx_lock(&tcache_list_lock);
@@ -78,26 +78,27 @@ tcache_t *tcache_get_slow(tsd_t *tsd) {
 /* Flush all but `keep` of bin ind (the hottest, at the head, stay). */
 static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
   tbin_t *b = &tc->bins[ind];
-  while (b->count > keep) {
+  while (tbin_count(b) > keep) {
     void *ptrs[FLUSH_BUF];
     edata_t *eds[FLUSH_BUF];
-    uint32_t n = b->count - keep;
+    uint32_t n = tbin_count(b) - keep;
     if (n > FLUSH_BUF) n = FLUSH_BUF;
     /* Walk to the cut; the tail beyond it is flushed. */
     void **link = &b->head;
-    for (uint32_t i = 0; i < b->count - n; i++) link = (void **)*link;
+    for (uint32_t i = 0; i < tbin_count(b) - n; i++) link = (void **)*link;
     void *p = *link;
     *link = NULL;
     for (uint32_t i = 0; i < n; i++) {
       ptrs[i] = p;
       p = *(void **)p;
     }
-    b->count -= n;
+    b->avail += n;
     for (uint32_t i = 0; i < n; i++) {
       uint64_t e = rtree_read((uintptr_t)ptrs[i]);
-      eds[i] = rt_edata(e);
+      edata_t *ed = eds[i] = rt_edata(e);
       bool ok = ind <= SZ_NSMALL ? (e & RT_SLAB) && rt_szind(e) == ind
-                                 : rt_szind(e) == ind && eds[i]->addr == (uintptr_t)ptrs[i];
+                                 : ed && !(e & RT_SLAB) && ed->state == ES_ACTIVE && ed->szind == ind &&
+                                       ed->addr == (uintptr_t)ptrs[i];
       if (unlikely(!ok)) strata_invalid_free("free", ptrs[i]);
     }
     if (ind > SZ_NSMALL) {
@@ -134,7 +135,7 @@ static void tcache_event(tcache_t *tc, szind_t ind) {
   szind_t g = tc->gc_bin;
   /* A bin with no fill or flush since the last visit was not under pressure: give half
    * of what it holds back, so a class the thread stopped using drains over time. */
-  if (!tc->events[g] && tc->bins[g].count > 0) tcache_flush_bin(tc, g, tc->bins[g].count / 2);
+  if (!tc->events[g] && tbin_count(&tc->bins[g]) > 0) tcache_flush_bin(tc, g, tbin_count(&tc->bins[g]) / 2);
   tc->events[g] = 0;
 }
 
@@ -152,7 +153,7 @@ void *tcache_alloc_hard(tsd_t *tsd, tcache_t *tc, szind_t ind) {
       *(void **)buf[i] = b->head;
       b->head = buf[i];
     }
-    b->count += got - 1;
+    b->avail -= got - 1;
     p = buf[0];
   } else {
     p = arena_large_alloc(tc->arena, sz_size[ind], 0, false);
@@ -165,13 +166,23 @@ void tcache_dalloc_hard(tsd_t *tsd, tcache_t *tc, szind_t ind, void *p) {
   (void)tsd;
   tbin_t *b = &tc->bins[ind];
   if (unlikely(p == b->head)) strata_invalid_free("free", p);
-  if (b->count >= b->max) {
+  if (b->avail == 0) {
     tcache_flush_bin(tc, ind, b->max / 2);
     tcache_event(tc, ind);
   }
   *(void **)p = b->head;
   b->head = p;
-  b->count++;
+  b->avail--;
+}
+
+void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated) {
+  *allocated = tsd->allocated;
+  *deallocated = tsd->deallocated;
+  if (tsd->state != TSD_ACTIVE) return;
+  for (szind_t i = 1; i <= SZ_NSMALL && i < tcache_nbins; i++) {
+    *allocated += tsd->tcache->bins[i].nmalloc * sz_size[i];
+    *deallocated += tsd->tcache->bins[i].ndalloc * sz_size[i];
+  }
 }
 
 void tcache_flush_all(tcache_t *tc) {
@@ -183,6 +194,10 @@ void tcache_thread_exit(void *arg) {
   tsd_t *tsd = &strata_tsd;
   if (tc == NULL || tsd->tcache != tc) return;
   /* Later destructors may still allocate: they are served without a cache. */
+  uint64_t al, de;
+  tcache_counts(tsd, &al, &de);
+  tsd->allocated = al;
+  tsd->deallocated = de;
   tsd->tcache = &tcache_empty;
   tsd->state = TSD_DEAD;
   tcache_flush_all(tc);
