@@ -1,0 +1,100 @@
+/* Configuration parsing: every option, bad keys and values reported with the key, the
+ * value and what is accepted, later settings winning, and defaults kept on error. */
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "unit.h"
+
+/* Parse s into o, capturing what strata writes to stderr. */
+static int parse_capture(opt_t *o, const char *s, char *out, size_t cap) {
+  int fds[2];
+  if (pipe(fds)) return -1;
+  int saved = dup(2);
+  dup2(fds[1], 2);
+  int problems = conf_parse(o, s, "TEST");
+  dup2(saved, 2);
+  close(saved);
+  close(fds[1]);
+  ssize_t n = read(fds[0], out, cap - 1);
+  out[n > 0 ? n : 0] = '\0';
+  close(fds[0]);
+  return problems;
+}
+
+static void test_good_options_parse(void) {
+  opt_t o = opt;
+  char msg[2048];
+  int p = parse_capture(&o,
+                        "narenas:3,tcache:false,tcache_max:1024,oversize_threshold:16M,retain:false,"
+                        "junk:alloc,zero:true,abort:true,abort_conf:false,confirm_conf:true,dirty_decay_ms:500",
+                        msg, sizeof(msg));
+  CHECK_EQ(p, 0);
+  CHECK_EQ(msg[0], '\0');
+  CHECK_EQ(o.narenas, 3);
+  CHECK(!o.tcache);
+  CHECK_EQ(o.tcache_max, 1024);
+  CHECK_EQ(o.oversize_threshold, (size_t)16 << 20);
+  CHECK(!o.retain);
+  CHECK_EQ(o.junk, JUNK_ALLOC);
+  CHECK(o.zero && o.abort && !o.abort_conf && o.confirm_conf);
+  CHECK_EQ(o.dirty_decay_ms, 500);
+}
+
+static void test_unknown_key_is_named_with_accepted_keys(void) {
+  opt_t o = opt;
+  char msg[2048];
+  int p = parse_capture(&o, "narenaz:4", msg, sizeof(msg));
+  CHECK_EQ(p, 1);
+  CHECK(strstr(msg, "<strata>: conf: unknown option \"narenaz\" in TEST") != NULL);
+  CHECK(strstr(msg, "accepted: narenas, tcache") != NULL);
+  CHECK_EQ(o.narenas, opt.narenas);
+}
+
+static void test_bad_values_keep_defaults(void) {
+  const char *bad[] = {"narenas:0", "narenas:-1", "narenas:abc", "narenas:5000", "tcache:yes",
+                       "tcache_max:9M", "junk:maybe", "oversize_threshold:12Q", "dirty_decay_ms:-5",
+                       "narenas:99999999999999999999999", "tcache_max:", "zero"};
+  for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    opt_t o = opt;
+    char msg[2048];
+    int p = parse_capture(&o, bad[i], msg, sizeof(msg));
+    if (p != 1) printf("  not rejected: %s\n", bad[i]);
+    CHECK_EQ(p, 1);
+    CHECK(strstr(msg, "<strata>: conf: ") != NULL);
+    CHECK(strstr(msg, "accepted") != NULL);
+    CHECK(memcmp(&o, &opt, sizeof(o)) == 0);
+  }
+  opt_t o = opt;
+  char msg[2048];
+  parse_capture(&o, "narenas:x", msg, sizeof(msg));
+  CHECK(strstr(msg, "invalid value \"x\" for \"narenas\" in TEST (accepted: an integer from 1 to 4095)") != NULL);
+}
+
+static void test_later_settings_win_and_errors_do_not_stop_parsing(void) {
+  opt_t o = opt;
+  char msg[2048];
+  int p = parse_capture(&o, "narenas:2,bogus:1,narenas:7, tcache:false", msg, sizeof(msg));
+  CHECK_EQ(p, 1);
+  CHECK_EQ(o.narenas, 7);
+  CHECK(!o.tcache);
+}
+
+static void test_jemalloc_options_not_yet_supported_are_noted(void) {
+  opt_t o = opt;
+  char msg[2048];
+  int p = parse_capture(&o, "background_thread:true", msg, sizeof(msg));
+  CHECK_EQ(p, 0);
+  CHECK(strstr(msg, "not supported yet") != NULL);
+}
+
+int main(void) {
+  if (strata_init()) return 1;
+  printf("unit: conf\n");
+  RUN(test_good_options_parse);
+  RUN(test_unknown_key_is_named_with_accepted_keys);
+  RUN(test_bad_values_keep_defaults);
+  RUN(test_later_settings_win_and_errors_do_not_stop_parsing);
+  RUN(test_jemalloc_options_not_yet_supported_are_noted);
+  UNIT_EXIT();
+}

@@ -1,0 +1,142 @@
+/* Extents: split, coalesce with free neighbours, in-place grow/shrink, purge to retained,
+ * and the rtree entries that make it work. */
+#include <string.h>
+
+#include "internal.h"
+#include "unit.h"
+
+static arena_t *a;
+
+static edata_t *entry_edata(uintptr_t p) { return rt_edata(rtree_read(p)); }
+
+static void test_rtree_unknown_addresses_read_zero(void) {
+  CHECK_EQ(rtree_read(0), 0);
+  CHECK_EQ(rtree_read((uintptr_t)1 << 47), 0);
+  CHECK_EQ(rtree_read(~(uintptr_t)0), 0);
+  int local;
+  CHECK_EQ(rtree_read((uintptr_t)&local), 0);
+}
+
+static void test_alloc_registers_first_and_last(void) {
+  mtx_lock(&a->elock);
+  edata_t *e = extent_alloc(a, 8 * os_page, os_page);
+  CHECK(e != NULL);
+  e->szind = (uint16_t)sz_size2index(8 * os_page);
+  extent_register(e, e->szind, false);
+  CHECK(entry_edata(e->addr) == e);
+  CHECK(entry_edata(e->addr + e->size - GRAN) == e);
+  CHECK_EQ(rt_szind(rtree_read(e->addr)), 0); /* large: class 0 keeps free() off the fast path */
+  CHECK_EQ(e->state, ES_ACTIVE);
+  extent_dalloc(a, e);
+  mtx_unlock(&a->elock);
+}
+
+static void test_neighbours_coalesce_when_freed(void) {
+  mtx_lock(&a->elock);
+  /* Start from nothing dirty so the three pieces come out of one retained span. */
+  extent_purge(a, 0);
+  edata_t *x = extent_alloc(a, 4 * os_page, os_page);
+  edata_t *y = extent_alloc(a, 4 * os_page, os_page);
+  edata_t *z = extent_alloc(a, 4 * os_page, os_page);
+  CHECK(x && y && z);
+  CHECK_EQ(y->addr, x->addr + x->size); /* lowest address first: consecutive */
+  CHECK_EQ(z->addr, y->addr + y->size);
+  uintptr_t base = x->addr;
+  size_t dirty0 = a->dirty.npages;
+  extent_dalloc(a, x);
+  extent_dalloc(a, z);
+  CHECK_EQ(a->dirty.npages, dirty0 + 8);
+  extent_dalloc(a, y); /* bridges x and z */
+  edata_t *m = entry_edata(base);
+  CHECK(m != NULL && m->state == ES_DIRTY);
+  CHECK(m->addr == base && m->size >= 12 * os_page);
+  CHECK(entry_edata(base + 4 * os_page) == NULL); /* former boundaries are interior now */
+  /* The merged extent is found again (dirty first, lowest address). */
+  edata_t *again = extent_alloc(a, 12 * os_page, os_page);
+  CHECK(again && again->addr == base);
+  extent_dalloc(a, again);
+  mtx_unlock(&a->elock);
+}
+
+static void test_aligned_alloc_splits_lead_and_trail(void) {
+  mtx_lock(&a->elock);
+  size_t align = (size_t)1 << 20;
+  edata_t *e = extent_alloc(a, 3 * os_page, align);
+  CHECK(e && e->addr % align == 0 && e->size == 3 * os_page);
+  extent_dalloc(a, e);
+  mtx_unlock(&a->elock);
+}
+
+static void test_grow_and_shrink_in_place(void) {
+  mtx_lock(&a->elock);
+  extent_purge(a, 0);
+  edata_t *e = extent_alloc(a, 4 * os_page, os_page);
+  CHECK(e != NULL);
+  uintptr_t addr = e->addr;
+  CHECK(!extent_grow_inplace(a, e, 16 * os_page)); /* the retained span continues after it */
+  CHECK(e->addr == addr && e->size == 16 * os_page);
+  extent_register(e, 0, false);
+  extent_shrink_inplace(a, e, 2 * os_page);
+  extent_register(e, 0, false);
+  CHECK_EQ(e->size, 2 * os_page);
+  edata_t *t = entry_edata(addr + 2 * os_page);
+  CHECK(t && t->state == ES_DIRTY && t->addr == addr + 2 * os_page);
+  extent_dalloc(a, e);
+  mtx_unlock(&a->elock);
+}
+
+static void test_purge_moves_dirty_to_retained(void) {
+  mtx_lock(&a->elock);
+  edata_t *e = extent_alloc(a, 32 * os_page, os_page);
+  CHECK(e != NULL);
+  memset((void *)e->addr, 0xab, e->size);
+  extent_dalloc(a, e);
+  CHECK(a->dirty.npages >= 32);
+  size_t retained0 = a->retained.npages;
+  size_t purged = extent_purge(a, 0);
+  CHECK(purged >= 32);
+  CHECK_EQ(a->dirty.npages, 0);
+  CHECK(a->retained.npages >= retained0 + 32);
+  /* Purged pages read back as zero, and are known to be. */
+  edata_t *f = extent_alloc(a, 32 * os_page, os_page);
+  CHECK(f && f->zeroed);
+  CHECK(((unsigned char *)f->addr)[100] == 0);
+  extent_dalloc(a, f);
+  mtx_unlock(&a->elock);
+}
+
+static void test_pairing_heap_orders_by_address(void) {
+  edata_t nodes[64];
+  ph_node_t *root = NULL;
+  memset(nodes, 0, sizeof(nodes));
+  for (int i = 0; i < 64; i++) {
+    nodes[i].addr = (uintptr_t)((i * 37) % 64 + 1) * 4096;
+    ph_insert(&root, &nodes[i].ph);
+  }
+  ph_remove(&root, &nodes[5].ph); /* an arbitrary node */
+  uintptr_t last = 0;
+  int n = 0;
+  while (root) {
+    edata_t *e = ph_edata(root);
+    CHECK(e->addr > last);
+    last = e->addr;
+    ph_remove(&root, root);
+    n++;
+  }
+  CHECK_EQ(n, 63);
+}
+
+int main(void) {
+  if (strata_init()) return 1;
+  /* An arena no thread is bound to: this thread's own allocations (stdio) stay out of it. */
+  printf("unit: extent\n");
+  a = arena_get(narenas - 1);
+  RUN(test_rtree_unknown_addresses_read_zero);
+  RUN(test_alloc_registers_first_and_last);
+  RUN(test_neighbours_coalesce_when_freed);
+  RUN(test_aligned_alloc_splits_lead_and_trail);
+  RUN(test_grow_and_shrink_in_place);
+  RUN(test_purge_moves_dirty_to_retained);
+  RUN(test_pairing_heap_orders_by_address);
+  UNIT_EXIT();
+}

@@ -1,0 +1,66 @@
+/* Size classes: round trips, spacing, alignment classes and slab geometry. */
+#include "internal.h"
+#include "unit.h"
+
+static void test_size_roundtrip_is_tight(void) {
+  for (size_t s = 1; s <= ((size_t)4 << 20); s += (s < 20000 ? 1 : 4093)) {
+    szind_t i = sz_size2index(s);
+    CHECK(i >= 1 && i <= SZ_NCLASSES);
+    CHECK(sz_size[i] >= s);
+    if (i > 1) CHECK(sz_size[i - 1] < s); /* the smallest class that fits */
+  }
+  for (szind_t i = 1; i <= SZ_NCLASSES; i++) CHECK_EQ(sz_size2index(sz_size[i]), i);
+  CHECK_EQ(sz_size2index(SZ_MAX + 1), 0);
+}
+
+static void test_classes_follow_jemalloc_spacing(void) {
+  size_t expect[] = {8, 16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640};
+  for (unsigned i = 0; i < sizeof(expect) / sizeof(expect[0]); i++) CHECK_EQ(sz_size[i + 1], expect[i]);
+  CHECK_EQ(sz_size[SZ_NSMALL], SZ_SMALL_MAX);
+  /* Four classes per doubling above 128. */
+  for (szind_t i = 10; i + 4 <= SZ_NCLASSES; i++) CHECK_EQ(sz_size[i + 4], 2 * sz_size[i]);
+}
+
+static void test_aligned_classes_are_multiples(void) {
+  for (size_t align = 1; align <= os_page; align *= 2) {
+    for (size_t s = 1; s <= 20000; s += 7) {
+      size_t u = sz_sa2u(s, align);
+      CHECK(u >= s);
+      if (u <= SZ_SMALL_MAX && align > 8) CHECK(u % align == 0);
+    }
+  }
+  CHECK_EQ(sz_sa2u(SZ_MAX + 1, 8), 0);
+}
+
+static void test_slab_geometry_wastes_little(void) {
+  for (szind_t i = 1; i <= SZ_NSMALL; i++) {
+    const bin_info_t *bi = &bin_info[i];
+    CHECK(bi->slab_size % os_page == 0);
+    CHECK(bi->nregs >= 1 && (size_t)bi->nregs * bi->size <= bi->slab_size);
+    CHECK(bi->bm_words * 64 >= bi->nregs);
+    size_t waste = bi->slab_size - (size_t)bi->nregs * bi->size;
+    CHECK(waste * 8 <= bi->slab_size); /* under 12.5% for every class */
+    /* Division by multiply is exact on region boundaries. */
+    for (uint64_t r = 0; r < bi->nregs; r++) CHECK_EQ((r * bi->size * bi->div_magic) >> 32, r);
+  }
+}
+
+static void test_page_buckets_bracket_sizes(void) {
+  for (size_t n = 1; n < 100000; n += (n < 100 ? 1 : 97)) {
+    unsigned f = psz_floor(n), c = psz_ceil(n);
+    CHECK(f <= c && c - f <= 1);
+  }
+  CHECK_EQ(psz_ceil(1), 0);
+  CHECK_EQ(psz_ceil(5), 4);
+  CHECK_EQ(psz_floor(9), 7); /* 8 pages: the class below 10 */
+}
+
+int main(void) {
+  if (strata_init()) return 1;
+  RUN(test_size_roundtrip_is_tight);
+  RUN(test_classes_follow_jemalloc_spacing);
+  RUN(test_aligned_classes_are_multiples);
+  RUN(test_slab_geometry_wastes_little);
+  RUN(test_page_buckets_bracket_sizes);
+  UNIT_EXIT();
+}

@@ -1,0 +1,102 @@
+/* Thread caches: fills half a bin on a miss, flushes half on overflow, the GC drains a
+ * bin the thread stopped using, and thread exit flushes everything back. */
+#include <pthread.h>
+
+#include "internal.h"
+#include "unit.h"
+
+static tbin_t *bin_of(szind_t ind) { return &strata_tsd.tcache->bins[ind]; }
+
+static void test_miss_fills_half_the_bin(void) {
+  szind_t ind = sz_size2index(48);
+  void *p = strata_malloc(48);
+  CHECK(p != NULL);
+  CHECK_EQ(strata_tsd.state, TSD_ACTIVE);
+  tbin_t *b = bin_of(ind);
+  /* One region was handed out of a fill of max/2. */
+  CHECK_EQ(tbin_count(b), b->max / 2 - 1);
+  strata_free(p);
+  CHECK_EQ(tbin_count(b), b->max / 2);
+}
+
+static void test_overflow_flushes_half(void) {
+  szind_t ind = sz_size2index(256);
+  void *ptrs[1000];
+  ptrs[0] = strata_malloc(256);
+  tbin_t *b = bin_of(ind);
+  uint32_t max = b->max;
+  CHECK(max > 0 && 2 * max < 1000);
+  for (unsigned i = 1; i < 2 * max; i++) ptrs[i] = strata_malloc(256);
+  unsigned i = 0;
+  while (b->avail > 0) strata_free(ptrs[i++]); /* the bin is now full */
+  CHECK_EQ(tbin_count(b), max);
+  strata_free(ptrs[i++]); /* overflow: half goes back, then this one is cached */
+  CHECK_EQ(tbin_count(b), max / 2 + 1);
+  while (i < 2 * max) strata_free(ptrs[i++]);
+  CHECK(tbin_count(b) <= max);
+}
+
+static void test_gc_drains_idle_bin(void) {
+  szind_t idle = sz_size2index(3000);
+  void *p = strata_malloc(3000);
+  strata_free(p);
+  tbin_t *b = bin_of(idle);
+  uint32_t before = tbin_count(b);
+  CHECK(before > 0);
+  /* Churn other classes: fills and flushes tick the GC, which visits every bin. */
+  void *ptrs[512];
+  for (int round = 0; round < 400; round++) {
+    size_t sz = 16 + (size_t)(round % 20) * 16;
+    for (int i = 0; i < 512; i++) ptrs[i] = strata_malloc(sz);
+    for (int i = 0; i < 512; i++) strata_free(ptrs[i]);
+  }
+  CHECK(tbin_count(b) < before);
+}
+
+static void *thread_body(void *arg) {
+  (void)arg;
+  void *ptrs[100];
+  for (int i = 0; i < 100; i++) ptrs[i] = strata_malloc(100);
+  for (int i = 0; i < 100; i++) strata_free(ptrs[i]);
+  return NULL;
+}
+
+static size_t small_curregs(szind_t ind) {
+  size_t n = 0;
+  for (unsigned i = 0; i <= narenas; i++) {
+    if (arenas[i]) n += arenas[i]->bins[ind].curregs;
+  }
+  return n;
+}
+
+static void test_thread_exit_flushes_cache(void) {
+  szind_t ind = sz_size2index(100);
+  size_t before = small_curregs(ind);
+  pthread_t t;
+  pthread_create(&t, NULL, thread_body, NULL);
+  pthread_join(t, NULL);
+  CHECK_EQ(small_curregs(ind), before);
+}
+
+static void test_thread_counters_are_exact(void) {
+  uint64_t a0, d0, a1, d1;
+  tcache_counts(&strata_tsd, &a0, &d0);
+  void *p = strata_malloc(100); /* class 112 */
+  void *q = strata_malloc(20000); /* class 20480 */
+  strata_free(p);
+  strata_free(q);
+  tcache_counts(&strata_tsd, &a1, &d1);
+  CHECK_EQ(a1 - a0, 112 + 20480);
+  CHECK_EQ(d1 - d0, 112 + 20480);
+}
+
+int main(void) {
+  if (strata_init()) return 1;
+  printf("unit: tcache\n");
+  RUN(test_miss_fills_half_the_bin);
+  RUN(test_overflow_flushes_half);
+  RUN(test_gc_drains_idle_bin);
+  RUN(test_thread_exit_flushes_cache);
+  RUN(test_thread_counters_are_exact);
+  UNIT_EXIT();
+}
