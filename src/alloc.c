@@ -99,7 +99,11 @@ static inline szind_t owned_szind(const void *p, edata_t **edp) {
   edata_t *ed = rt_edata(e);
   *edp = ed;
   if (ed == NULL) return 0;
-  if (e & RT_SLAB) return rt_szind(e);
+  if (e & RT_SLAB) {
+    szind_t ind = rt_szind(e);
+    uint64_t diff = (uintptr_t)p - ed->addr, regind = (diff * bin_info[ind].div_magic) >> 32;
+    return regind * bin_info[ind].size == diff ? ind : 0; /* a region's start, exactly */
+  }
   if (ed->state != ES_ACTIVE || ed->slab || (uintptr_t)p != ed->addr) return 0;
   return ed->szind;
 }
@@ -190,7 +194,8 @@ EXPORT void strata_free(void *p) {
      * blocks, free extents and foreign pages all take the slow path, which validates. */
     size_t ind = rt_szind(__atomic_load_n(slot, __ATOMIC_RELAXED));
     tbin_t *b = &strata_tsd.tcache->bins[ind];
-    if (likely(b->avail != 0 && p != b->head)) {
+    /* A pointer off its class's natural alignment cannot be a region start. */
+    if (likely(b->avail != 0 && ((uintptr_t)p & b->align_mask) == 0 && p != b->head)) {
       *(void **)p = b->head;
       b->head = p;
       b->avail--;

@@ -218,7 +218,16 @@ typedef struct {
   uint64_t nmalloc, ndalloc, nfills, nflushes;
 } __attribute__((aligned(CACHELINE))) bin_t;
 HIDDEN unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n);
+/* Up to n regions linked into a NULL-terminated list, lowest address first. */
+HIDDEN unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n);
 HIDDEN void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, edata_t **eds, unsigned n);
+/* A run of consecutive pointers (ptrs[start..start+len)) into one slab. */
+typedef struct {
+  edata_t *slab;
+  uint32_t start, len;
+} slab_run_t;
+/* Frees the runs whose slab belongs to arena a and clears their slab field. */
+HIDDEN void bin_dalloc_runs(arena_t *a, szind_t ind, void **ptrs, slab_run_t *runs, unsigned nruns);
 HIDDEN void bin_release_spare(arena_t *a, szind_t ind);
 
 /* ------------------------------------------------------------------ arena.c */
@@ -268,13 +277,14 @@ static inline arena_t *arena_of(const edata_t *e) { return arenas[e->arena_ind];
 
 /* ------------------------------------------------------------------ tcache.c */
 typedef struct {
-  void *head;      /* intrusive LIFO of free regions */
-  uint32_t avail;  /* room left: max - cached (0 for classes not cached) */
-  uint32_t max;
-  uint64_t nmalloc; /* fast-path counts, for thread.allocated / deallocated */
+  void *head;          /* intrusive LIFO of free regions */
+  uint32_t avail;      /* room left: tbin_max[ind] - cached (0 for classes not cached) */
+  uint32_t align_mask; /* natural alignment - 1: a misaligned free is an interior pointer */
+  uint64_t nmalloc;    /* fast-path counts, for thread.allocated / deallocated */
   uint64_t ndalloc;
 } tbin_t;
-static inline uint32_t tbin_count(const tbin_t *b) { return b->max - b->avail; }
+HIDDEN extern uint32_t tbin_max[];
+static inline uint32_t tbin_count(const tbin_t *b, unsigned ind) { return tbin_max[ind] - b->avail; }
 #define TCACHE_NBINS_MAX 74 /* classes 1..73: up to 8 MiB, jemalloc's tcache_max limit */
 typedef struct tcache_s tcache_t;
 struct tcache_s {

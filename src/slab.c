@@ -84,9 +84,11 @@ static edata_t *bin_next_slab(arena_t *a, bin_t *bin, szind_t ind) {
   return s;
 }
 
-unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n) {
+unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n) {
   const bin_info_t *bi = &bin_info[ind];
+  const size_t size = bi->size;
   bin_t *bin = &a->bins[ind];
+  void **tail = head;
   unsigned got = 0;
   mtx_lock(&bin->lock);
   while (got < n) {
@@ -95,8 +97,27 @@ unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n) {
       s = bin_next_slab(a, bin, ind);
       if (s == NULL) break;
     }
-    while (got < n && s->nfree) out[got++] = slab_take(s, bi);
+    unsigned take = n - got < s->nfree ? n - got : s->nfree;
+    s->nfree -= take;
+    got += take;
+    /* Take set bits a word at a time: lowest regions first. */
+    uint64_t *bm = s->bitmap;
+    unsigned w = s->bm_hint;
+    while (take) {
+      while (bm[w] == 0) w++;
+      uint64_t word = bm[w];
+      uintptr_t wbase = s->addr + (size_t)w * 64 * size;
+      do {
+        void *r = (void *)(wbase + (size_t)__builtin_ctzll(word) * size);
+        word &= word - 1;
+        *tail = r;
+        tail = (void **)r;
+      } while (--take && word);
+      bm[w] = word;
+    }
+    s->bm_hint = (uint16_t)w;
   }
+  *tail = NULL;
   bin->curregs += got;
   bin->nmalloc += got;
   bin->nfills++;
@@ -104,46 +125,86 @@ unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n) {
   return got;
 }
 
-/* Return one region; bin lock held. Detects pointers not at a region start and regions
- * already free: both are reported with the address before aborting. */
-static void slab_dalloc_region(arena_t *a, bin_t *bin, const bin_info_t *bi, edata_t *s, void *p) {
-  uint64_t diff = (uintptr_t)p - s->addr;
-  uint64_t regind = (diff * bi->div_magic) >> 32;
-  if (unlikely(regind >= bi->nregs || regind * bi->size != diff)) {
-    mtx_unlock(&bin->lock);
-    strata_invalid_free("free", p);
+unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n) {
+  void *head;
+  unsigned got = bin_fill_list(a, ind, &head, n);
+  for (unsigned i = 0; i < got; i++) {
+    out[i] = head;
+    head = *(void **)head;
   }
-  uint64_t *w = &s->bitmap[regind / 64], bit = (uint64_t)1 << (regind % 64);
-  if (unlikely(*w & bit)) {
-    mtx_unlock(&bin->lock);
-    strata_invalid_free("free", p);
-  }
-  *w |= bit;
-  if (regind / 64 < s->bm_hint) s->bm_hint = (uint16_t)(regind / 64);
-  s->nfree++;
+  return got;
+}
+
+/* A slab whose free count just changed: move it between untracked (full), the nonfull
+ * heap, and the spare/extents (empty). bin lock held. */
+static void slab_note_free(arena_t *a, bin_t *bin, const bin_info_t *bi, edata_t *s, uint32_t before) {
   if (s == bin->cur) return;
   if (s->nfree == bi->nregs) {
-    if (bi->nregs > 1) ph_remove(&bin->nonfull, &s->ph);
+    if (before > 0) ph_remove(&bin->nonfull, &s->ph);
     if (bin->spare == NULL) {
       bin->spare = s;
     } else {
       slab_release(a, bin, s);
     }
-  } else if (s->nfree == 1) {
+  } else if (before == 0) {
     ph_insert(&bin->nonfull, &s->ph);
   }
 }
 
-void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, edata_t **eds, unsigned n) {
+/* Return runs of regions to their slabs. Detects pointers not at a region start and
+ * regions already free: both are reported with the address before aborting. The
+ * per-region work is the bitmap; the slab's state changes once per run. */
+void bin_dalloc_runs(arena_t *a, szind_t ind, void **ptrs, slab_run_t *runs, unsigned nruns) {
   const bin_info_t *bi = &bin_info[ind];
+  const uint64_t magic = bi->div_magic, size = bi->size, nregs = bi->nregs;
   bin_t *bin = &a->bins[ind];
+  size_t n = 0;
   mtx_lock(&bin->lock);
-  for (unsigned i = 0; i < n; i++) slab_dalloc_region(a, bin, bi, eds[i], ptrs[i]);
+  for (unsigned r = 0; r < nruns; r++) {
+    edata_t *s = runs[r].slab;
+    if (s == NULL || s->arena_ind != a->ind) continue;
+    runs[r].slab = NULL;
+    uintptr_t base = s->addr;
+    uint64_t *bm = s->bitmap;
+    void **p = &ptrs[runs[r].start], **end = p + runs[r].len;
+    for (; p < end; p++) {
+      uint64_t diff = (uintptr_t)*p - base;
+      uint64_t regind = (diff * magic) >> 32;
+      uint64_t bit = (uint64_t)1 << (regind % 64);
+      if (unlikely(regind * size != diff || regind >= nregs || (bm[regind / 64] & bit))) {
+        mtx_unlock(&bin->lock);
+        strata_invalid_free("free", *p);
+      }
+      bm[regind / 64] |= bit;
+    }
+    uint32_t before = s->nfree;
+    s->nfree += runs[r].len;
+    s->bm_hint = 0; /* the next fill scans from the first word: bounded by bm_words */
+    n += runs[r].len;
+    slab_note_free(a, bin, bi, s, before);
+  }
   bin->curregs -= n;
   bin->ndalloc += n;
   bin->nflushes++;
   mtx_unlock(&bin->lock);
   arena_maybe_purge(a);
+}
+
+void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, edata_t **eds, unsigned n) {
+  slab_run_t runs[256];
+  unsigned nruns = 0;
+  for (unsigned i = 0; i < n; i++) {
+    if (nruns > 0 && runs[nruns - 1].slab == eds[i]) {
+      runs[nruns - 1].len++;
+      continue;
+    }
+    if (nruns == 256) {
+      bin_dalloc_runs(a, ind, ptrs, runs, nruns);
+      nruns = 0;
+    }
+    runs[nruns++] = (slab_run_t){eds[i], i, 1};
+  }
+  bin_dalloc_runs(a, ind, ptrs, runs, nruns);
 }
 
 void bin_release_spare(arena_t *a, szind_t ind) {

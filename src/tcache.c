@@ -13,7 +13,8 @@
 
 tcache_t tcache_empty; /* every bin empty with max 0: the fast paths always miss */
 unsigned tcache_nbins;
-static uint32_t tbin_max[TCACHE_NBINS_MAX];
+uint32_t tbin_max[TCACHE_NBINS_MAX];
+static uint32_t tbin_align_mask[TCACHE_NBINS_MAX];
 mtx_t tcache_list_lock = MTX_INITIALIZER;
 tcache_t *tcache_list;      /* live caches; guarded by tcache_list_lock */
 static tcache_t *tcache_pool; /* caches of exited threads, for reuse */
@@ -47,6 +48,8 @@ void tcache_boot(void) {
     } else {
       tbin_max[i] = TBIN_LARGE;
     }
+    size_t nat = sz_size[i] & -sz_size[i];
+    tbin_align_mask[i] = (uint32_t)((nat < os_page ? nat : os_page) - 1);
   }
 }
 
@@ -60,7 +63,10 @@ tcache_t *tcache_get_slow(tsd_t *tsd) {
   mtx_unlock(&tcache_list_lock);
   if (tc == NULL && (tc = meta_alloc(sizeof(tcache_t))) == NULL) return NULL;
   memset(tc, 0, sizeof(*tc));
-  for (szind_t i = 1; i < tcache_nbins; i++) tc->bins[i].max = tc->bins[i].avail = tbin_max[i];
+  for (szind_t i = 1; i < tcache_nbins; i++) {
+    tc->bins[i].avail = tbin_max[i];
+    tc->bins[i].align_mask = tbin_align_mask[i];
+  }
   if (tsd->arena == NULL) tsd->arena = arena_choose();
   tc->arena = tsd->arena;
   mtx_lock(&tcache_list_lock);
@@ -75,54 +81,56 @@ tcache_t *tcache_get_slow(tsd_t *tsd) {
   return tc;
 }
 
-/* Flush all but `keep` of bin ind (the hottest, at the head, stay). */
+/* Flush all but `keep` of bin ind (the hottest, at the head, stay). Each region is
+ * validated against the rtree (a slab of this class; a large extent of this class that
+ * starts at the pointer), then returned to its owner arena, one lock per arena. */
 static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
   tbin_t *b = &tc->bins[ind];
-  while (tbin_count(b) > keep) {
+  while (tbin_count(b, ind) > keep) {
     void *ptrs[FLUSH_BUF];
     edata_t *eds[FLUSH_BUF];
-    uint32_t n = tbin_count(b) - keep;
+    uint32_t n = tbin_count(b, ind) - keep;
     if (n > FLUSH_BUF) n = FLUSH_BUF;
     /* Walk to the cut; the tail beyond it is flushed. */
     void **link = &b->head;
-    for (uint32_t i = 0; i < tbin_count(b) - n; i++) link = (void **)*link;
+    for (uint32_t i = tbin_count(b, ind) - n; i > 0; i--) link = (void **)*link;
     void *p = *link;
     *link = NULL;
-    for (uint32_t i = 0; i < n; i++) {
-      ptrs[i] = p;
-      p = *(void **)p;
-    }
     b->avail += n;
-    for (uint32_t i = 0; i < n; i++) {
-      uint64_t e = rtree_read((uintptr_t)ptrs[i]);
-      edata_t *ed = eds[i] = rt_edata(e);
-      bool ok = ind <= SZ_NSMALL ? (e & RT_SLAB) && rt_szind(e) == ind
-                                 : ed && !(e & RT_SLAB) && ed->state == ES_ACTIVE && ed->szind == ind &&
-                                       ed->addr == (uintptr_t)ptrs[i];
-      if (unlikely(!ok)) strata_invalid_free("free", ptrs[i]);
-    }
     if (ind > SZ_NSMALL) {
+      for (uint32_t i = 0; i < n; i++) {
+        uint64_t e = rtree_read((uintptr_t)p);
+        edata_t *ed = rt_edata(e);
+        if (unlikely(!ed || (e & RT_SLAB) || ed->state != ES_ACTIVE || ed->szind != ind ||
+                     ed->addr != (uintptr_t)p))
+          strata_invalid_free("free", p);
+        eds[i] = ed;
+        p = *(void **)p;
+      }
       for (uint32_t i = 0; i < n; i++) arena_large_dalloc(eds[i]);
       continue;
     }
-    /* Group by owning arena: one bin lock per arena per batch. */
-    uint32_t left = n;
-    while (left) {
-      unsigned ai = eds[0]->arena_ind;
-      uint32_t j = 0, k = 0;
-      void *optrs[FLUSH_BUF];
-      edata_t *oeds[FLUSH_BUF];
-      for (uint32_t i = 0; i < left; i++) {
-        if (eds[i]->arena_ind == ai) {
-          optrs[k] = ptrs[i];
-          oeds[k++] = eds[i];
-        } else {
-          ptrs[j] = ptrs[i];
-          eds[j++] = eds[i];
-        }
+    /* Cut the batch into runs of the same slab: the rtree is consulted once per run. */
+    slab_run_t runs[FLUSH_BUF];
+    unsigned nruns = 0;
+    size_t span = bin_info[ind].slab_size;
+    uintptr_t lo = 0;
+    for (uint32_t i = 0; i < n; i++) {
+      ptrs[i] = p;
+      if (likely((uintptr_t)p - lo < span)) {
+        runs[nruns - 1].len++;
+      } else {
+        uint64_t e = rtree_read((uintptr_t)p);
+        if (unlikely(!(e & RT_SLAB) || rt_szind(e) != ind)) strata_invalid_free("free", p);
+        edata_t *ed = rt_edata(e);
+        runs[nruns++] = (slab_run_t){ed, i, 1};
+        lo = ed->addr;
       }
-      bin_dalloc_batch(arenas[ai], ind, optrs, oeds, k);
-      left = j;
+      p = *(void **)p;
+    }
+    /* One bin lock per owning arena (usually one). */
+    for (unsigned r = 0; r < nruns; r++) {
+      if (runs[r].slab) bin_dalloc_runs(arenas[runs[r].slab->arena_ind], ind, ptrs, runs, nruns);
     }
   }
 }
@@ -135,7 +143,7 @@ static void tcache_event(tcache_t *tc, szind_t ind) {
   szind_t g = tc->gc_bin;
   /* A bin with no fill or flush since the last visit was not under pressure: give half
    * of what it holds back, so a class the thread stopped using drains over time. */
-  if (!tc->events[g] && tbin_count(&tc->bins[g]) > 0) tcache_flush_bin(tc, g, tbin_count(&tc->bins[g]) / 2);
+  if (!tc->events[g] && tbin_count(&tc->bins[g], g) > 0) tcache_flush_bin(tc, g, tbin_count(&tc->bins[g], g) / 2);
   tc->events[g] = 0;
 }
 
@@ -144,17 +152,12 @@ void *tcache_alloc_hard(tsd_t *tsd, tcache_t *tc, szind_t ind) {
   tbin_t *b = &tc->bins[ind];
   void *p;
   if (ind <= SZ_NSMALL) {
-    void *buf[TBIN_SMALL_MAX];
-    unsigned want = b->max / 2 ? b->max / 2 : 1;
-    unsigned got = bin_fill(tc->arena, ind, buf, want);
+    /* The bin is empty: the filled list (lowest addresses first) becomes it. */
+    unsigned want = tbin_max[ind] / 2 ? tbin_max[ind] / 2 : 1;
+    unsigned got = bin_fill_list(tc->arena, ind, &p, want);
     if (got == 0) return NULL;
-    /* Lowest addresses end up at the head: they are handed out first. */
-    for (unsigned i = got - 1; i >= 1; i--) {
-      *(void **)buf[i] = b->head;
-      b->head = buf[i];
-    }
+    b->head = *(void **)p;
     b->avail -= got - 1;
-    p = buf[0];
   } else {
     p = arena_large_alloc(tc->arena, sz_size[ind], 0, false);
   }
@@ -167,7 +170,7 @@ void tcache_dalloc_hard(tsd_t *tsd, tcache_t *tc, szind_t ind, void *p) {
   tbin_t *b = &tc->bins[ind];
   if (unlikely(p == b->head)) strata_invalid_free("free", p);
   if (b->avail == 0) {
-    tcache_flush_bin(tc, ind, b->max / 2);
+    tcache_flush_bin(tc, ind, tbin_max[ind] / 2);
     tcache_event(tc, ind);
   }
   *(void **)p = b->head;

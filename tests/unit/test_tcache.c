@@ -14,9 +14,9 @@ static void test_miss_fills_half_the_bin(void) {
   CHECK_EQ(strata_tsd.state, TSD_ACTIVE);
   tbin_t *b = bin_of(ind);
   /* One region was handed out of a fill of max/2. */
-  CHECK_EQ(tbin_count(b), b->max / 2 - 1);
+  CHECK_EQ(tbin_count(b, ind), tbin_max[ind] / 2 - 1);
   strata_free(p);
-  CHECK_EQ(tbin_count(b), b->max / 2);
+  CHECK_EQ(tbin_count(b, ind), tbin_max[ind] / 2);
 }
 
 static void test_overflow_flushes_half(void) {
@@ -24,16 +24,16 @@ static void test_overflow_flushes_half(void) {
   void *ptrs[1000];
   ptrs[0] = strata_malloc(256);
   tbin_t *b = bin_of(ind);
-  uint32_t max = b->max;
+  uint32_t max = tbin_max[ind];
   CHECK(max > 0 && 2 * max < 1000);
   for (unsigned i = 1; i < 2 * max; i++) ptrs[i] = strata_malloc(256);
   unsigned i = 0;
   while (b->avail > 0) strata_free(ptrs[i++]); /* the bin is now full */
-  CHECK_EQ(tbin_count(b), max);
+  CHECK_EQ(tbin_count(b, ind), max);
   strata_free(ptrs[i++]); /* overflow: half goes back, then this one is cached */
-  CHECK_EQ(tbin_count(b), max / 2 + 1);
+  CHECK_EQ(tbin_count(b, ind), max / 2 + 1);
   while (i < 2 * max) strata_free(ptrs[i++]);
-  CHECK(tbin_count(b) <= max);
+  CHECK(tbin_count(b, ind) <= max);
 }
 
 static void test_gc_drains_idle_bin(void) {
@@ -41,7 +41,7 @@ static void test_gc_drains_idle_bin(void) {
   void *p = strata_malloc(3000);
   strata_free(p);
   tbin_t *b = bin_of(idle);
-  uint32_t before = tbin_count(b);
+  uint32_t before = tbin_count(b, idle);
   CHECK(before > 0);
   /* Churn other classes: fills and flushes tick the GC, which visits every bin. */
   void *ptrs[512];
@@ -50,7 +50,7 @@ static void test_gc_drains_idle_bin(void) {
     for (int i = 0; i < 512; i++) ptrs[i] = strata_malloc(sz);
     for (int i = 0; i < 512; i++) strata_free(ptrs[i]);
   }
-  CHECK(tbin_count(b) < before);
+  CHECK(tbin_count(b, idle) < before);
 }
 
 static void *thread_body(void *arg) {
