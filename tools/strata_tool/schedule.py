@@ -1,0 +1,72 @@
+"""Order and number of the benchmark runs. Rounds are the outer loop (every workload
+once, then every workload again), allocators the inner one (A B C D E, A B C D E), so
+repeated runs of one pair are spread over the whole session and slow drift on a shared
+machine hits every allocator alike. Round 1 always runs; with a time budget, a later
+round keeps only the workloads whose measured round cost still fits, cheapest first.
+"""
+
+from __future__ import annotations
+
+from .workloads import Workload
+
+
+class Schedule:
+    def __init__(self, workloads: list[Workload], max_rounds: dict[str, int], n_alloc: int,
+                 preset: str, budget_s: float | None = None):
+        self.workloads = list(workloads)
+        self.max_rounds = dict(max_rounds)     # shrinks when the budget drops a workload
+        self.planned = dict(max_rounds)
+        self.n_alloc = n_alloc
+        self.preset = preset
+        self.budget_s = budget_s
+        self.durations: dict[str, list[float]] = {}
+        self.dropped: dict[str, int] = {}      # workload -> first round it lost to the budget
+
+    def record(self, workload: str, seconds: float) -> None:
+        self.durations.setdefault(workload, []).append(seconds)
+
+    def run_cost(self, w: Workload) -> float:
+        """Expected seconds of one run: the median measured so far, else the prior."""
+        d = self.durations.get(w.name)
+        if d:
+            return sorted(d)[len(d) // 2]
+        return w.est_s.get(self.preset, 2.0)
+
+    def round_cost(self, w: Workload) -> float:
+        return self.run_cost(w) * self.n_alloc
+
+    def n_rounds(self) -> int:
+        return max(self.max_rounds.values(), default=0)
+
+    def plan_round(self, rnd: int, elapsed_s: float) -> list[Workload]:
+        """Workloads to run in round `rnd`, in suite order. Round 1: all. Later rounds:
+        those with rounds left; under a budget, the cheapest that fit in what is left
+        of it. A workload left out stops there (its rounds stay contiguous)."""
+        todo = [w for w in self.workloads if self.max_rounds[w.name] >= rnd]
+        if rnd == 1 or self.budget_s is None:
+            return todo
+        left = self.budget_s - elapsed_s
+        keep: set[str] = set()
+        for w in sorted(todo, key=self.round_cost):
+            c = self.round_cost(w)
+            if c <= left:
+                keep.add(w.name)
+                left -= c
+        for w in todo:
+            if w.name not in keep:
+                self.max_rounds[w.name] = rnd - 1
+                self.dropped[w.name] = rnd
+        return [w for w in todo if w.name in keep]
+
+    def eta(self, rnd: int, round_list: list[Workload], wi: int, ai: int,
+            elapsed_s: float) -> float:
+        """Seconds left, the current run included: the rest of this round (workload
+        index wi in round_list, allocator index ai), then the later rounds as planned,
+        which a budget caps at what is left of it."""
+        now = (self.n_alloc - ai) * self.run_cost(round_list[wi])
+        now += sum(self.round_cost(w) for w in round_list[wi + 1:])
+        later = sum(self.round_cost(w) * max(0, self.max_rounds[w.name] - rnd)
+                    for w in self.workloads)
+        if self.budget_s is not None:
+            later = min(later, max(0.0, self.budget_s - elapsed_s - now))
+        return now + later

@@ -1,0 +1,100 @@
+"""The benchmark suite: the eight workload binaries of bench/workloads (built to
+<build>/bench/wl_<name>) plus Redis, with the rounds each gets per mode and a prior
+run-time estimate that seeds the progress line's time-left figure until real
+durations are measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PRESETS = ("tiny", "default", "full")
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    kind: str                 # "binary" (bench/wl_*) or "redis"
+    description: str
+    rounds: dict = field(default_factory=dict)   # mode -> rounds: tiny, default, full
+    est_s: dict = field(default_factory=dict)    # preset -> prior seconds per run
+    timed: bool = True        # its time enters the time geomean (not for a timed sampler)
+    series: bool = False      # RESULT carries rss_series (RSS-over-time plot)
+
+    def binary(self, build_dir: Path) -> Path:
+        return build_dir / "bench" / self.name
+
+
+# Rounds: 3 is the fewest that gives a median and a spread. wl_memreturn samples for
+# 15 s, so it runs once by default; Redis (about 4 s per allocator) twice. The default
+# mode's time budget (bench.DEFAULT_BUDGET) may cut later rounds to stay near 3 minutes.
+_STD_ROUNDS = {"tiny": 1, "default": 3, "full": 5}
+
+
+def _est(tiny: float, default: float, full: float | None = None) -> dict:
+    """Prior seconds per run: medians over the five allocators on the 2-core reference
+    machine; full presets are guessed at 5x default until measured."""
+    return {"tiny": tiny, "default": default, "full": full or 5 * default}
+
+
+SUITE: tuple[Workload, ...] = (
+    Workload("wl_churn", "binary",
+             "small-object churn (8..1024 B) on one thread: a LIFO phase and a "
+             "random-order phase; the fast path",
+             _STD_ROUNDS, _est(0.25, 1.9)),
+    Workload("wl_server", "binary",
+             "multi-threaded server heap (Larson-like): working sets replaced at random, "
+             "10% of blocks freed by another thread",
+             _STD_ROUNDS, _est(0.2, 2.7)),
+    Workload("wl_prodcons", "binary",
+             "producer/consumer: half the threads allocate, half free, batches of 64 "
+             "through bounded queues; remote frees",
+             _STD_ROUNDS, _est(0.15, 1.6)),
+    Workload("wl_falseshare", "binary",
+             "allocator-induced false sharing (Hoard's cache-thrash and cache-scratch), "
+             "active and passive",
+             _STD_ROUNDS, _est(0.1, 1.2)),
+    Workload("wl_sizesweep", "binary",
+             "every size class 8 B..64 MiB, posix_memalign 64 B..2 MiB, realloc growth "
+             "up to 1 GiB",
+             _STD_ROUNDS, _est(0.4, 1.7)),
+    Workload("wl_frag", "binary",
+             "long-run fragmentation: rounds of shrinking sizes freeing every other "
+             "block; RSS against live bytes",
+             _STD_ROUNDS, _est(0.1, 1.4), series=True),
+    Workload("wl_pareto", "binary",
+             "Pareto-distributed sizes (16 B..1 MiB) with generations of threads "
+             "inheriting each other's blocks",
+             _STD_ROUNDS, _est(0.1, 2.2)),
+    Workload("wl_memreturn", "binary",
+             "memory returned to the OS after a 2 GiB peak, then 15 s idle sampling RSS "
+             "every 100 ms",
+             {"tiny": 1, "default": 1, "full": 3}, _est(1.1, 16.4, 16.4),
+             timed=False, series=True),
+    Workload("redis", "redis",
+             "Debian's redis-server under redis-benchmark (SET/GET/LPUSH/LPOP, 16 B and "
+             "1 KiB values), then INFO memory and FLUSHALL",
+             {"tiny": 1, "default": 2, "full": 3}, _est(1.2, 4.0, 20.0)),
+)
+
+BY_NAME = {w.name: w for w in SUITE}
+
+
+def select(only: str | None) -> list[Workload]:
+    """Workloads named in a comma list (`wl_churn,redis`; the `wl_` prefix may be
+    left out), in suite order; all of them when `only` is empty."""
+    if not only:
+        return list(SUITE)
+    wanted = []
+    for raw in only.split(","):
+        n = raw.strip()
+        if not n:
+            continue
+        if n not in BY_NAME and f"wl_{n}" in BY_NAME:
+            n = f"wl_{n}"
+        if n not in BY_NAME:
+            raise ValueError(f"unknown workload {raw.strip()!r} "
+                             f"(known: {', '.join(BY_NAME)})")
+        wanted.append(n)
+    return [w for w in SUITE if w.name in wanted]
