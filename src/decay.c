@@ -17,7 +17,7 @@
 _Static_assert(DECAY_STEPS == sizeof(((arena_t *)0)->decay_backlog) / sizeof(size_t), "backlog size");
 /* A free storm may leave this much dirty per arena (a few large blocks' worth for
  * reuse), or as much as is active, whichever is more. */
-#define DIRTY_CAP_MIN ((size_t)64 << 20)
+#define DIRTY_CAP_MIN ((size_t)32 << 20)
 
 uint64_t decay_now(void) {
   struct timespec ts;

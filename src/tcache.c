@@ -204,6 +204,8 @@ void tcache_thread_exit(void *arg) {
   tsd->tcache = &tcache_empty;
   tsd->state = TSD_DEAD;
   tcache_flush_all(tc);
+  /* The arena is free for the next thread (later destructors still use it). */
+  arena_unbind(tsd->arena);
   mtx_lock(&tcache_list_lock);
   if (tc->prev) {
     tc->prev->next = tc->next;
