@@ -77,6 +77,22 @@ STRATA_EXPORT int strata_mallctlbymib(const size_t *mib, size_t miblen, void *ol
 STRATA_EXPORT void strata_malloc_stats_print(void (*write_cb)(void *, const char *),
                                              void *cbopaque, const char *opts);
 
+/* ---- jemalloc's names: exported by the default build (STRATA_OVERRIDE=ON). Define
+ * STRATA_PREFIX_ONLY when using a prefixed build, where only the strata_ names exist. */
+#ifndef STRATA_PREFIX_ONLY
+STRATA_MALLOC_ATTR void *mallocx(size_t size, int flags);
+void *rallocx(void *ptr, size_t size, int flags);
+size_t xallocx(void *ptr, size_t size, size_t extra, int flags);
+size_t sallocx(const void *ptr, int flags);
+void dallocx(void *ptr, int flags);
+void sdallocx(void *ptr, size_t size, int flags);
+size_t nallocx(size_t size, int flags);
+int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen);
+int mallctlnametomib(const char *name, size_t *mibp, size_t *miblenp);
+int mallctlbymib(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen);
+void malloc_stats_print(void (*write_cb)(void *, const char *), void *cbopaque, const char *opts);
+#endif
+
 #ifdef __cplusplus
 }
 #endif
