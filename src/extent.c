@@ -129,6 +129,8 @@ void extent_deregister_interior(edata_t *e) {
 
 /* ---------------------------------------------------------------- extent sets */
 static void eset_insert(eset_t *es, edata_t *e) {
+  sassert(e->size > 0 && e->size % os_page == 0 && e->addr % os_page == 0);
+  sassert(e->state == ES_DIRTY || e->state == ES_RETAINED);
   size_t np = e->size / os_page;
   unsigned b = psz_floor(np);
   e->bucket = (uint8_t)b;
@@ -139,6 +141,7 @@ static void eset_insert(eset_t *es, edata_t *e) {
 
 static void eset_remove(eset_t *es, edata_t *e) {
   unsigned b = e->bucket;
+  sassert(es->heaps[b] != NULL && es->npages >= e->size / os_page);
   ph_remove(&es->heaps[b], &e->ph);
   if (es->heaps[b] == NULL) es->nonempty[b / 64] &= ~((uint64_t)1 << (b % 64));
   es->npages -= e->size / os_page;
@@ -206,6 +209,7 @@ static edata_t *mergeable(arena_t *a, uint64_t ent, unsigned state) {
 /* Coalesce e (not in any set) with free neighbours, register it and insert it. */
 static void extent_insert_free(arena_t *a, edata_t *e, unsigned state) {
   eset_t *es = eset_of(a, state);
+  sassert(e->arena_ind == a->ind && e->size % os_page == 0);
   e->state = (uint8_t)state;
   e->slab = 0;
   if (e->addr >= GRAN) {
@@ -320,6 +324,7 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   f->addr = body;
   f->size = size;
   f->state = ES_ACTIVE;
+  sassert(f->addr % align == 0);
   a->nactive += size / os_page;
   return f;
 }

@@ -97,6 +97,7 @@ unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n) {
       s = bin_next_slab(a, bin, ind);
       if (s == NULL) break;
     }
+    sassert(s->slab && s->szind == ind && s->nfree <= bi->nregs);
     unsigned take = n - got < s->nfree ? n - got : s->nfree;
     s->nfree -= take;
     got += take;
@@ -179,6 +180,7 @@ void bin_dalloc_runs(arena_t *a, szind_t ind, void **ptrs, slab_run_t *runs, uns
     }
     uint32_t before = s->nfree;
     s->nfree += runs[r].len;
+    sassert(s->nfree <= nregs && s->slab && s->szind == ind);
     s->bm_hint = 0; /* the next fill scans from the first word: bounded by bm_words */
     n += runs[r].len;
     slab_note_free(a, bin, bi, s, before);

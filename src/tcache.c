@@ -86,6 +86,7 @@ tcache_t *tcache_get_slow(tsd_t *tsd) {
  * starts at the pointer), then returned to its owner arena, one lock per arena. */
 static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
   tbin_t *b = &tc->bins[ind];
+  sassert(tbin_count(b, ind) <= tbin_max[ind]);
   while (tbin_count(b, ind) > keep) {
     void *ptrs[FLUSH_BUF];
     edata_t *eds[FLUSH_BUF];
@@ -154,6 +155,7 @@ void *tcache_alloc_hard(tsd_t *tsd, tcache_t *tc, szind_t ind) {
   if (ind <= SZ_NSMALL) {
     /* The bin is empty: the filled list (lowest addresses first) becomes it. */
     unsigned want = tbin_max[ind] / 2 ? tbin_max[ind] / 2 : 1;
+    sassert(b->head == NULL && b->avail == tbin_max[ind]);
     unsigned got = bin_fill_list(tc->arena, ind, &p, want);
     if (got == 0) return NULL;
     b->head = *(void **)p;
