@@ -142,6 +142,7 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
     if (!said) {
       said = true;
       msg_write("<strata>: free() re-entered from a signal handler: block leaked\n");
+      if (opt.abort) strata_fatal("warning with abort:true");
     }
     return;
   }

@@ -245,4 +245,5 @@ void conf_init(void) {
   s = env_get("MALLOC_CONF", envbuf, sizeof(envbuf));
   if (s) problems += conf_parse(&opt, s, "MALLOC_CONF");
   if (problems && opt.abort_conf) strata_fatal("invalid configuration (abort_conf:true)");
+  if (problems && opt.abort) strata_fatal("invalid configuration (abort:true aborts on every warning)");
 }
