@@ -85,11 +85,15 @@ void ph_remove(ph_node_t **root, ph_node_t *n) {
 }
 
 /* ---------------------------------------------------------------- edata pool */
+/* arena_ind is written once, when the edata is created, and never again: other arenas
+ * read it through stale rtree entries without a lock (see mergeable), so recycling
+ * must not even zero it for an instant. */
 edata_t *edata_get(arena_t *a) {
   edata_t *e = a->edata_free;
   if (e == NULL) {
     edata_t *block = meta_alloc(EDATA_BATCH * sizeof(edata_t));
     if (block == NULL) return NULL;
+    for (int i = EDATA_BATCH - 1; i >= 0; i--) block[i].arena_ind = (uint16_t)a->ind;
     for (int i = EDATA_BATCH - 1; i >= 1; i--) {
       block[i].lru_next = a->edata_free;
       a->edata_free = &block[i];
@@ -98,8 +102,10 @@ edata_t *edata_get(arena_t *a) {
   } else {
     a->edata_free = e->lru_next;
   }
-  memset(e, 0, sizeof(*e));
-  e->arena_ind = (uint16_t)a->ind;
+  sassert(e->arena_ind == a->ind);
+  const size_t at = offsetof(edata_t, arena_ind), after = at + sizeof(e->arena_ind);
+  memset(e, 0, at);
+  memset((char *)e + after, 0, sizeof(*e) - after);
   return e;
 }
 

@@ -209,12 +209,18 @@ void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, edata_t **eds, unsig
   bin_dalloc_runs(a, ind, ptrs, runs, nruns);
 }
 
+/* malloc_trim: give back the spare slab, and the current one if it is empty too. */
 void bin_release_spare(arena_t *a, szind_t ind) {
   bin_t *bin = &a->bins[ind];
   mtx_lock(&bin->lock);
   edata_t *s = bin->spare;
   bin->spare = NULL;
   if (s) slab_release(a, bin, s);
+  s = bin->cur;
+  if (s && s->nfree == bin_info[ind].nregs) {
+    bin->cur = NULL;
+    slab_release(a, bin, s);
+  }
   mtx_unlock(&bin->lock);
   arena_maybe_purge(a);
 }

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# bench.sh - the README's main command: installs the peer allocators and tools, builds
+# strata in build/, and runs the allocator comparison (`strata bench`): glibc, jemalloc,
+# tcmalloc, mimalloc and strata on every workload, a summary table on stdout, and a
+# report with plots under bench/out/. Extra arguments go to `strata bench` (--full,
+# --only, --allocators, --rounds, ...).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+bash scripts/install-deps.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build
+PYTHONPATH="$root/tools${PYTHONPATH:+:$PYTHONPATH}" exec python3 -m strata_tool bench --build-dir "$root/build" "$@"

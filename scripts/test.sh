@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# test.sh - the README's test command. Installs what the tests need, builds strata
+# (release build with tests and benchmarks) in build/, runs the whole ctest suite, then
+# builds the prefixed configuration under ThreadSanitizer and AddressSanitizer+UBSan and
+# runs the tests labelled "prefixed" there. Exits non-zero if anything fails.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+bash scripts/install-deps.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build
+status=0
+(cd build && ctest --output-on-failure -j "$(nproc)") || status=1
+bash scripts/sanitize.sh "$root" || status=1
+if [ $status -eq 0 ]; then echo "test.sh: all test suites passed"; else echo "test.sh: FAILED"; fi
+exit $status
