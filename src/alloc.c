@@ -91,7 +91,6 @@ static void *ialloc_aligned(tsd_t *tsd, size_t size, size_t align, bool zero, bo
   return p;
 }
 
-/* Look up p for a deallocating call; reports and aborts if strata does not own it. */
 /* The class of a block strata owns, or 0: slab granules carry it in the rtree entry;
  * a large block must be an active extent and p its first byte. */
 static inline szind_t owned_szind(const void *p, edata_t **edp) {
@@ -108,6 +107,7 @@ static inline szind_t owned_szind(const void *p, edata_t **edp) {
   return ed->szind;
 }
 
+/* Look up p for a deallocating call; reports and aborts if strata does not own it. */
 static inline edata_t *lookup_owned(const void *p, szind_t *ind, const char *func) {
   edata_t *ed;
   *ind = owned_szind(p, &ed);
