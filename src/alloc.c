@@ -49,6 +49,7 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
       } else {
         p = tcache_alloc_hard(tsd, tc, ind);
       }
+      if (p && ind <= SZ_NSMALL) TAG_WORD(p) = 0; /* allocated: untagged */
       if (p && zero) memset(p, 0, usize);
       goto done;
     }
@@ -59,6 +60,7 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
       p = NULL;
     } else if (ind <= SZ_NSMALL) {
       p = arena_small_alloc(a, ind, zero || opt.zero);
+      if (p) TAG_WORD(p) = 0;
     } else {
       p = arena_large_alloc(a, usize, 0, zero || opt.zero);
     }
@@ -117,6 +119,7 @@ static inline edata_t *lookup_owned(const void *p, szind_t *ind, const char *fun
 
 static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
   size_t usize = sz_size[ind];
+  if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("free", p);
   if (unlikely(opt.junk & JUNK_FREE)) memset(p, 0x5a, usize);
   tsd->deallocated += usize;
   if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant)) {
@@ -124,7 +127,8 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
     if (tc) {
       tbin_t *b = &tc->bins[ind];
       tsd->reentrant = 1;
-      if (likely(b->avail != 0 && p != b->head)) {
+      if (ind <= SZ_NSMALL) TAG_WORD(p) = TAG_OF(p);
+      if (likely(b->avail != 0)) {
         *(void **)p = b->head;
         b->head = p;
         b->avail--;
@@ -171,6 +175,7 @@ EXPORT void *strata_malloc(size_t size) {
     void *p = b->head;
     if (likely(p != NULL)) {
       b->head = *(void **)p;
+      TAG_WORD(p) = 0; /* allocated: untagged */
       b->avail++;
       b->nmalloc++;
       return p;
@@ -195,8 +200,12 @@ EXPORT void strata_free(void *p) {
      * blocks, free extents and foreign pages all take the slow path, which validates. */
     size_t ind = rt_szind(__atomic_load_n(slot, __ATOMIC_RELAXED));
     tbin_t *b = &strata_tsd.tcache->bins[ind];
-    /* A pointer off its class's natural alignment cannot be a region start. */
-    if (likely(b->avail != 0 && ((uintptr_t)p & b->align_mask) == 0 && p != b->head)) {
+    /* A pointer off its class's natural alignment cannot be a region start; a region
+     * that already carries its free tag is freed twice: both go to the slow path,
+     * which reports them. */
+    uintptr_t tag = TAG_OF(p);
+    if (likely(b->avail != 0 && ((uintptr_t)p & b->align_mask) == 0 && TAG_WORD(p) != tag)) {
+      TAG_WORD(p) = tag;
       *(void **)p = b->head;
       b->head = p;
       b->avail--;

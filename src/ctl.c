@@ -21,7 +21,7 @@ void stats_merge(stats_t *s) {
     if (a == NULL) continue;
     for (unsigned b = 1; b <= SZ_NSMALL; b++) {
       mtx_lock(&a->bins[b].lock);
-      s->small_allocated += a->bins[b].curregs * bin_info[b].size;
+      s->small_allocated += (a->bins[b].curregs - a->bins[b].remote_count) * bin_info[b].size;
       mtx_unlock(&a->bins[b].lock);
     }
     mtx_lock(&a->elock);

@@ -6,6 +6,8 @@
  */
 #include <pthread.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -34,6 +36,11 @@ bool strata_init(void) {
   }
   __atomic_store_n(&init_owner, tid, __ATOMIC_RELAXED);
   os_init();
+  /* The double-free tag key: random, never zero. */
+  if (syscall(SYS_getrandom, &tcache_key, sizeof(tcache_key), 0) != (long)sizeof(tcache_key)) {
+    tcache_key = (uintptr_t)&tcache_key ^ (uintptr_t)decay_now() * 0x9e3779b97f4a7c15u;
+  }
+  tcache_key |= 1;
   conf_init();
   sz_init();
   narenas = opt.narenas ? opt.narenas : 4 * os_ncpus;

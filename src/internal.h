@@ -122,12 +122,15 @@ HIDDEN bool rtree_ensure(uintptr_t a, size_t size); /* true on failure */
  * jemalloc's spacing: 8, 16, 32, 48, ..., 128, then four classes per doubling.
  * Index 0 means "no class" so that an empty rtree entry can never pass the free fast
  * path's bounds check. Small classes (slabs) are 1..SZ_NSMALL (up to 14 KiB); larger
- * ones are page extents.
+ * ones are page extents. The 8-byte class (index 1) is kept in the tables but never
+ * chosen: the smallest block is 16 bytes, so that every free region holds the cache's
+ * link and its double-free tag (see tcache_key).
  */
 typedef unsigned szind_t;
 #define SZ_NSMALL 36
 #define SZ_SMALL_MAX ((size_t)14336)
 #define SZ_LOOKUP_MAX ((size_t)4096)
+#define SZ_MIN_IND 2 /* 16 bytes */
 #define SZ_NCLASSES 229 /* index of 2^62, the largest class */
 #define SZ_MAX ((size_t)1 << 62)
 HIDDEN extern uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
@@ -138,6 +141,7 @@ typedef struct {
   size_t slab_size;  /* bytes per slab (multiple of os_page) */
   uint32_t nregs;
   uint32_t bm_words; /* bitmap words per slab */
+  bool pow2;         /* size is a power of two <= page: an aligned pointer is a region start */
   uint64_t div_magic; /* ceil(2^32 / size): region index by multiply */
 } bin_info_t;
 HIDDEN extern bin_info_t bin_info[SZ_NSMALL + 1];
@@ -213,6 +217,14 @@ typedef struct {
   ph_node_t *nonfull;   /* other slabs with free regions, lowest address first */
   edata_t *spare;       /* one empty slab kept so bursts do not bounce slabs */
   void *bitmap_free;    /* recycled bitmaps (intrusive list) */
+  /* Regions freed by threads of other arenas, handed over as whole chains (tagged, still
+   * in curregs); the next fill takes whole chains first. */
+  struct {
+    void *head, *tail;
+    uint32_t n;
+  } rchain[8];
+  uint32_t nrchain;
+  uint32_t remote_count;
   size_t curregs;       /* regions handed out (to threads or caches) */
   size_t curslabs;
   uint64_t nmalloc, ndalloc, nfills, nflushes;
@@ -221,13 +233,17 @@ HIDDEN unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n);
 /* Up to n regions linked into a NULL-terminated list, lowest address first. */
 HIDDEN unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n);
 HIDDEN void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, edata_t **eds, unsigned n);
-/* A run of consecutive pointers (ptrs[start..start+len)) into one slab. */
+/* len regions of one slab, linked through their first word from head. */
 typedef struct {
   edata_t *slab;
-  uint32_t start, len;
+  void *head;
+  uint32_t len;
 } slab_run_t;
 /* Frees the runs whose slab belongs to arena a and clears their slab field. */
-HIDDEN void bin_dalloc_runs(arena_t *a, szind_t ind, void **ptrs, slab_run_t *runs, unsigned nruns);
+HIDDEN void bin_dalloc_runs(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns);
+/* Hands a chain of n validated regions (head..tail, linked through their first word) of
+ * arena a's class ind over to that bin, in O(1) unless the bin holds too many already. */
+HIDDEN void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n);
 HIDDEN void bin_release_spare(arena_t *a, szind_t ind);
 
 /* ------------------------------------------------------------------ arena.c */
@@ -305,6 +321,12 @@ typedef struct {
 } tsd_t;
 HIDDEN extern __thread tsd_t strata_tsd __attribute__((tls_model("initial-exec")));
 HIDDEN extern tcache_t tcache_empty;
+/* Free small regions carry tcache_key ^ address in their second word; malloc clears it.
+ * free() finding its own tag there is a double free, reported at once. Random per
+ * process, so a program's data matches it by chance with probability 2^-64. */
+HIDDEN extern uintptr_t tcache_key;
+#define TAG_WORD(p) (((uintptr_t *)(p))[1])
+#define TAG_OF(p) (tcache_key ^ (uintptr_t)(p))
 HIDDEN extern unsigned tcache_nbins; /* classes cached: 1..tcache_nbins-1 */
 HIDDEN void tcache_boot(void);
 HIDDEN tcache_t *tcache_get_slow(tsd_t *tsd); /* creates the thread's cache; NULL if none */

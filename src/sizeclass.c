@@ -22,7 +22,7 @@ static size_t class_size(szind_t ind) {
 }
 
 szind_t sz_size2index_compute(size_t size) {
-  if (size <= 8) return 1;
+  if (size <= 16) return SZ_MIN_IND;
   if (size <= 128) return (szind_t)((size + 15) >> 4) + 1;
   if (size > SZ_MAX) return 0;
   unsigned lg = 63 - (unsigned)__builtin_clzll(size - 1); /* size in (2^lg, 2^(lg+1)] */
@@ -69,6 +69,7 @@ void sz_init(void) {
     bi->nregs = (uint32_t)(best / size);
     bi->bm_words = (bi->nregs + 63) / 64;
     bi->div_magic = (((uint64_t)1 << 32) + size - 1) / size;
+    bi->pow2 = (size & (size - 1)) == 0 && size <= os_page;
   }
 }
 

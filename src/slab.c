@@ -91,6 +91,28 @@ unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n) {
   void **tail = head;
   unsigned got = 0;
   mtx_lock(&bin->lock);
+  /* Regions other arenas' threads handed back (already counted as handed out): whole
+   * chains in O(1), the last one cut if it is longer than what is still wanted. */
+  while (got < n && bin->nrchain) {
+    __typeof__(bin->rchain[0]) *c = &bin->rchain[bin->nrchain - 1];
+    *tail = c->head;
+    if (c->n <= n - got) {
+      tail = (void **)c->tail;
+      got += c->n;
+      bin->remote_count -= c->n;
+      bin->nrchain--;
+    } else {
+      void *r = c->head;
+      for (unsigned i = 1; i < n - got; i++) r = *(void **)r;
+      tail = (void **)r;
+      c->head = *(void **)r;
+      c->n -= n - got;
+      bin->remote_count -= n - got;
+      got = n;
+    }
+  }
+  unsigned from_remote = got;
+  bin->nmalloc += from_remote;
   while (got < n) {
     edata_t *s = bin->cur;
     if (s == NULL || s->nfree == 0) {
@@ -119,8 +141,8 @@ unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n) {
     s->bm_hint = (uint16_t)w;
   }
   *tail = NULL;
-  bin->curregs += got;
-  bin->nmalloc += got;
+  bin->curregs += got - from_remote;
+  bin->nmalloc += got - from_remote;
   bin->nfills++;
   mtx_unlock(&bin->lock);
   return got;
@@ -155,28 +177,29 @@ static void slab_note_free(arena_t *a, bin_t *bin, const bin_info_t *bi, edata_t
 /* Return runs of regions to their slabs. Detects pointers not at a region start and
  * regions already free: both are reported with the address before aborting. The
  * per-region work is the bitmap; the slab's state changes once per run. */
-void bin_dalloc_runs(arena_t *a, szind_t ind, void **ptrs, slab_run_t *runs, unsigned nruns) {
+static void bin_dalloc_runs_locked(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns) {
   const bin_info_t *bi = &bin_info[ind];
   const uint64_t magic = bi->div_magic, size = bi->size, nregs = bi->nregs;
   bin_t *bin = &a->bins[ind];
   size_t n = 0;
-  mtx_lock(&bin->lock);
   for (unsigned r = 0; r < nruns; r++) {
     edata_t *s = runs[r].slab;
     if (s == NULL || s->arena_ind != a->ind) continue;
     runs[r].slab = NULL;
     uintptr_t base = s->addr;
     uint64_t *bm = s->bitmap;
-    void **p = &ptrs[runs[r].start], **end = p + runs[r].len;
-    for (; p < end; p++) {
-      uint64_t diff = (uintptr_t)*p - base;
+    void *p = runs[r].head;
+    for (uint32_t k = runs[r].len; k > 0; k--) {
+      void *next = *(void **)p;
+      uint64_t diff = (uintptr_t)p - base;
       uint64_t regind = (diff * magic) >> 32;
       uint64_t bit = (uint64_t)1 << (regind % 64);
       if (unlikely(regind * size != diff || regind >= nregs || (bm[regind / 64] & bit))) {
         mtx_unlock(&bin->lock);
-        strata_invalid_free("free", *p);
+        strata_invalid_free("free", p);
       }
       bm[regind / 64] |= bit;
+      p = next;
     }
     uint32_t before = s->nfree;
     s->nfree += runs[r].len;
@@ -188,31 +211,100 @@ void bin_dalloc_runs(arena_t *a, szind_t ind, void **ptrs, slab_run_t *runs, uns
   bin->curregs -= n;
   bin->ndalloc += n;
   bin->nflushes++;
+}
+
+void bin_dalloc_runs(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns) {
+  mtx_lock(&a->bins[ind].lock);
+  bin_dalloc_runs_locked(a, ind, runs, nruns);
+  mtx_unlock(&a->bins[ind].lock);
+  arena_maybe_purge(a);
+}
+
+/* Cut the chain at head (n regions) into runs of the same slab; returns the count. */
+static unsigned chain_runs(void *head, uint32_t n, slab_run_t *runs) {
+  unsigned nruns = 0;
+  for (void *p = head; n > 0; n--) {
+    edata_t *s = rt_edata(rtree_read((uintptr_t)p));
+    if (nruns > 0 && runs[nruns - 1].slab == s) {
+      runs[nruns - 1].len++;
+    } else {
+      runs[nruns++] = (slab_run_t){s, p, 1};
+    }
+    p = *(void **)p;
+  }
+  return nruns;
+}
+
+/* Return remote regions to the slabs' bitmaps (which re-checks every one) until at most
+ * `keep` remain, oldest chains first. bin lock held. */
+static void bin_drain_remote(arena_t *a, szind_t ind, uint32_t keep) {
+  bin_t *bin = &a->bins[ind];
+  while (bin->remote_count > keep && bin->nrchain) {
+    void *r = bin->rchain[0].head;
+    uint32_t left = bin->rchain[0].n;
+    bin->remote_count -= left;
+    bin->nrchain--;
+    memmove(&bin->rchain[0], &bin->rchain[1], bin->nrchain * sizeof(bin->rchain[0]));
+    while (left) {
+      slab_run_t runs[256];
+      uint32_t take = left < 256 ? left : 256;
+      unsigned nruns = chain_runs(r, take, runs);
+      for (uint32_t i = 0; i < take; i++) r = *(void **)r; /* before the bitmap takes them */
+      bin_dalloc_runs_locked(a, ind, runs, nruns);
+      left -= take;
+    }
+  }
+}
+
+/* A bin holds at most this many bytes of handed-over regions (at least 64 regions);
+ * past it the oldest chains go back to the bitmaps until half remain, so an arena whose
+ * threads stopped allocating a class does not keep its slabs pinned. 1 MiB holds the 16
+ * batches of 1,000 objects a producer may run ahead in bench/figures' producer/consumer
+ * (when the consumer's frees come in one burst, as under callgrind's serialised threads). */
+#define REMOTE_MAX_BYTES ((size_t)1 << 20)
+
+void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n) {
+  bin_t *bin = &a->bins[ind];
+  size_t cap = REMOTE_MAX_BYTES / bin_info[ind].size;
+  if (cap < 64) cap = 64;
+  mtx_lock(&bin->lock);
+  if (bin->nrchain < sizeof(bin->rchain) / sizeof(bin->rchain[0])) {
+    bin->rchain[bin->nrchain].head = head;
+    bin->rchain[bin->nrchain].tail = tail;
+    bin->rchain[bin->nrchain].n = n;
+    bin->nrchain++;
+  } else { /* all slots used: prepend to the newest chain */
+    __typeof__(bin->rchain[0]) *c = &bin->rchain[bin->nrchain - 1];
+    *(void **)tail = c->head;
+    c->head = head;
+    c->n += n;
+  }
+  bin->remote_count += n;
+  if (bin->remote_count > cap) bin_drain_remote(a, ind, (uint32_t)(cap / 2));
   mtx_unlock(&bin->lock);
   arena_maybe_purge(a);
 }
 
 void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, edata_t **eds, unsigned n) {
-  slab_run_t runs[256];
-  unsigned nruns = 0;
-  for (unsigned i = 0; i < n; i++) {
-    if (nruns > 0 && runs[nruns - 1].slab == eds[i]) {
-      runs[nruns - 1].len++;
-      continue;
-    }
-    if (nruns == 256) {
-      bin_dalloc_runs(a, ind, ptrs, runs, nruns);
-      nruns = 0;
-    }
-    runs[nruns++] = (slab_run_t){eds[i], i, 1};
+  (void)eds;
+  /* Link the regions into a chain (they are being freed) and cut it into runs. */
+  for (unsigned i = 0; i + 1 < n; i++) *(void **)ptrs[i] = ptrs[i + 1];
+  while (n > 0) {
+    slab_run_t runs[256];
+    unsigned take = n < 256 ? n : 256;
+    void *next = *(void **)ptrs[take - 1];
+    unsigned nruns = chain_runs(ptrs[0], take, runs);
+    bin_dalloc_runs(a, ind, runs, nruns);
+    n -= take;
+    ptrs += take;
+    (void)next;
   }
-  bin_dalloc_runs(a, ind, ptrs, runs, nruns);
 }
 
-/* malloc_trim: give back the spare slab, and the current one if it is empty too. */
 void bin_release_spare(arena_t *a, szind_t ind) {
   bin_t *bin = &a->bins[ind];
   mtx_lock(&bin->lock);
+  bin_drain_remote(a, ind, 0);
   edata_t *s = bin->spare;
   bin->spare = NULL;
   if (s) slab_release(a, bin, s);

@@ -12,6 +12,7 @@
 #include "internal.h"
 
 tcache_t tcache_empty; /* every bin empty with max 0: the fast paths always miss */
+uintptr_t tcache_key;
 unsigned tcache_nbins;
 uint32_t tbin_max[TCACHE_NBINS_MAX];
 static uint32_t tbin_align_mask[TCACHE_NBINS_MAX];
@@ -81,6 +82,49 @@ tcache_t *tcache_get_slow(tsd_t *tsd) {
   return tc;
 }
 
+typedef struct {
+  void *last;
+  unsigned nruns, remote;
+  bool one_remote;
+} flush_scan_t;
+
+/* Cut the chain of n regions at p into runs of the same slab (the rtree is consulted
+ * once per run) and check that each pointer is a region's start: its offset from the
+ * run's slab is a multiple of the size within the slab's used bytes. Power-of-two
+ * classes skip the multiple test (check_start false): free() checked the alignment,
+ * which proves it. Specialised for both, so the per-region loop has no test of it. */
+static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, uint32_t n, szind_t ind,
+                                                                      slab_run_t *runs, unsigned own,
+                                                                      const bool check_start) {
+  const bin_info_t *bi = &bin_info[ind];
+  const uint64_t magic = bi->div_magic, size = bi->size, used = (uint64_t)bi->nregs * bi->size;
+  flush_scan_t sc = {p, 0, (unsigned)-1, true};
+  uintptr_t lo = 0;
+  uint32_t len = 0;
+  for (uint32_t k = n; k > 0; k--) {
+    uint64_t diff = (uintptr_t)p - lo;
+    if (unlikely(diff >= used)) {
+      uint64_t e = rtree_read((uintptr_t)p);
+      if (unlikely(!(e & RT_SLAB) || rt_szind(e) != ind)) strata_invalid_free("free", p);
+      if (sc.nruns) runs[sc.nruns - 1].len = len;
+      edata_t *slab = rt_edata(e);
+      runs[sc.nruns++] = (slab_run_t){slab, p, 0};
+      len = 0;
+      lo = slab->addr;
+      diff = (uintptr_t)p - lo;
+      if (unlikely(diff >= used)) strata_invalid_free("free", p); /* in the slab's tail */
+      if (sc.remote == (unsigned)-1) sc.remote = slab->arena_ind;
+      sc.one_remote &= slab->arena_ind == sc.remote && sc.remote != own;
+    }
+    if (check_start && unlikely(((diff * magic) >> 32) * size != diff)) strata_invalid_free("free", p);
+    len++;
+    sc.last = p;
+    p = *(void **)p;
+  }
+  runs[sc.nruns - 1].len = len;
+  return sc;
+}
+
 /* Flush all but `keep` of bin ind (the hottest, at the head, stay). Each region is
  * validated against the rtree (a slab of this class; a large extent of this class that
  * starts at the pointer), then returned to its owner arena, one lock per arena. */
@@ -88,17 +132,14 @@ static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
   tbin_t *b = &tc->bins[ind];
   sassert(tbin_count(b, ind) <= tbin_max[ind]);
   while (tbin_count(b, ind) > keep) {
-    void *ptrs[FLUSH_BUF];
-    edata_t *eds[FLUSH_BUF];
     uint32_t n = tbin_count(b, ind) - keep;
     if (n > FLUSH_BUF) n = FLUSH_BUF;
-    /* Walk to the cut; the tail beyond it is flushed. */
-    void **link = &b->head;
-    for (uint32_t i = tbin_count(b, ind) - n; i > 0; i--) link = (void **)*link;
-    void *p = *link;
-    *link = NULL;
+    /* The first n regions of the list go: no walk to a cut point (the kept ones are the
+     * older half; overflows happen in free-heavy phases, where that costs nothing). */
+    void *p = b->head;
     b->avail += n;
     if (ind > SZ_NSMALL) {
+      edata_t *eds[FLUSH_BUF];
       for (uint32_t i = 0; i < n; i++) {
         uint64_t e = rtree_read((uintptr_t)p);
         edata_t *ed = rt_edata(e);
@@ -108,30 +149,25 @@ static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
         eds[i] = ed;
         p = *(void **)p;
       }
+      b->head = p;
       for (uint32_t i = 0; i < n; i++) arena_large_dalloc(eds[i]);
       continue;
     }
-    /* Cut the batch into runs of the same slab: the rtree is consulted once per run. */
     slab_run_t runs[FLUSH_BUF];
-    unsigned nruns = 0;
-    size_t span = bin_info[ind].slab_size;
-    uintptr_t lo = 0;
-    for (uint32_t i = 0; i < n; i++) {
-      ptrs[i] = p;
-      if (likely((uintptr_t)p - lo < span)) {
-        runs[nruns - 1].len++;
-      } else {
-        uint64_t e = rtree_read((uintptr_t)p);
-        if (unlikely(!(e & RT_SLAB) || rt_szind(e) != ind)) strata_invalid_free("free", p);
-        edata_t *ed = rt_edata(e);
-        runs[nruns++] = (slab_run_t){ed, i, 1};
-        lo = ed->addr;
-      }
-      p = *(void **)p;
+    unsigned own = tc->arena ? tc->arena->ind : (unsigned)-1;
+    flush_scan_t sc = bin_info[ind].pow2 ? flush_scan(p, n, ind, runs, own, false)
+                                         : flush_scan(p, n, ind, runs, own, true);
+    b->head = *(void **)sc.last;
+    *(void **)sc.last = NULL;
+    if (sc.one_remote) {
+      /* Cross-thread frees: the chain goes to the owner bin as it is, one lock and no
+       * bitmap work per batch (double frees were caught by the tag at free()). */
+      bin_push_remote(arenas[sc.remote], ind, p, sc.last, n);
+      continue;
     }
     /* One bin lock per owning arena (usually one). */
-    for (unsigned r = 0; r < nruns; r++) {
-      if (runs[r].slab) bin_dalloc_runs(arenas[runs[r].slab->arena_ind], ind, ptrs, runs, nruns);
+    for (unsigned r = 0; r < sc.nruns; r++) {
+      if (runs[r].slab) bin_dalloc_runs(arenas[runs[r].slab->arena_ind], ind, runs, sc.nruns);
     }
   }
 }

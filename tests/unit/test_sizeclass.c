@@ -7,9 +7,12 @@ static void test_size_roundtrip_is_tight(void) {
     szind_t i = sz_size2index(s);
     CHECK(i >= 1 && i <= SZ_NCLASSES);
     CHECK(sz_size[i] >= s);
-    if (i > 1) CHECK(sz_size[i - 1] < s); /* the smallest class that fits */
+    CHECK(i >= SZ_MIN_IND);               /* 16 bytes at least: room for link and tag */
+    if (i > SZ_MIN_IND) CHECK(sz_size[i - 1] < s); /* the smallest class that fits */
   }
-  for (szind_t i = 1; i <= SZ_NCLASSES; i++) CHECK_EQ(sz_size2index(sz_size[i]), i);
+  for (szind_t i = SZ_MIN_IND; i <= SZ_NCLASSES; i++) CHECK_EQ(sz_size2index(sz_size[i]), i);
+  CHECK_EQ(sz_size2index(0), SZ_MIN_IND);
+  CHECK_EQ(sz_size2index(1), SZ_MIN_IND);
   CHECK_EQ(sz_size2index(SZ_MAX + 1), 0);
 }
 
