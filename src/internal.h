@@ -211,6 +211,12 @@ HIDDEN void ph_remove(ph_node_t **root, ph_node_t *n);
 #define ph_edata(n) ((edata_t *)((char *)(n) - offsetof(edata_t, ph)))
 
 /* ------------------------------------------------------------------ slab.c / bins */
+/* A chain of n free regions linked through their first word, head to tail. */
+typedef struct {
+  void *head, *tail;
+  uint32_t n;
+} rchain_t;
+
 typedef struct {
   mtx_t lock;           /* guards everything below and the bitmaps of this bin's slabs */
   edata_t *cur;         /* slab regions are taken from */
@@ -219,10 +225,7 @@ typedef struct {
   void *bitmap_free;    /* recycled bitmaps (intrusive list) */
   /* Regions freed by threads of other arenas, handed over as whole chains (tagged, still
    * in curregs); the next fill takes whole chains first. */
-  struct {
-    void *head, *tail;
-    uint32_t n;
-  } rchain[8];
+  rchain_t rchain[8];
   uint32_t nrchain;
   uint32_t remote_count;
   size_t curregs;       /* regions handed out (to threads or caches) */
@@ -232,7 +235,8 @@ typedef struct {
 HIDDEN unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n);
 /* Up to n regions linked into a NULL-terminated list, lowest address first. */
 HIDDEN unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n);
-HIDDEN void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, edata_t **eds, unsigned n);
+/* Frees n regions of class ind that all belong to arena a (a chain is made of them). */
+HIDDEN void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, unsigned n);
 /* len regions of one slab, linked through their first word from head. */
 typedef struct {
   edata_t *slab;

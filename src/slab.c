@@ -57,17 +57,6 @@ static void slab_release(arena_t *a, bin_t *bin, edata_t *s) {
   mtx_unlock(&a->elock);
 }
 
-static inline void *slab_take(edata_t *s, const bin_info_t *bi) {
-  unsigned w = s->bm_hint;
-  while (s->bitmap[w] == 0) w++;
-  uint64_t word = s->bitmap[w];
-  unsigned bit = (unsigned)__builtin_ctzll(word);
-  s->bitmap[w] = word & (word - 1);
-  s->bm_hint = (uint16_t)w;
-  s->nfree--;
-  return (void *)(s->addr + ((size_t)w * 64 + bit) * bi->size);
-}
-
 /* The next slab to serve from: lowest non-full, else the spare, else a new one. */
 static edata_t *bin_next_slab(arena_t *a, bin_t *bin, szind_t ind) {
   edata_t *s;
@@ -94,7 +83,7 @@ unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n) {
   /* Regions other arenas' threads handed back (already counted as handed out): whole
    * chains in O(1), the last one cut if it is longer than what is still wanted. */
   while (got < n && bin->nrchain) {
-    __typeof__(bin->rchain[0]) *c = &bin->rchain[bin->nrchain - 1];
+    rchain_t *c = &bin->rchain[bin->nrchain - 1];
     *tail = c->head;
     if (c->n <= n - got) {
       tail = (void **)c->tail;
@@ -274,7 +263,7 @@ void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n
     bin->rchain[bin->nrchain].n = n;
     bin->nrchain++;
   } else { /* all slots used: prepend to the newest chain */
-    __typeof__(bin->rchain[0]) *c = &bin->rchain[bin->nrchain - 1];
+    rchain_t *c = &bin->rchain[bin->nrchain - 1];
     *(void **)tail = c->head;
     c->head = head;
     c->n += n;
@@ -285,19 +274,16 @@ void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n
   arena_maybe_purge(a);
 }
 
-void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, edata_t **eds, unsigned n) {
-  (void)eds;
+void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, unsigned n) {
   /* Link the regions into a chain (they are being freed) and cut it into runs. */
   for (unsigned i = 0; i + 1 < n; i++) *(void **)ptrs[i] = ptrs[i + 1];
   while (n > 0) {
     slab_run_t runs[256];
     unsigned take = n < 256 ? n : 256;
-    void *next = *(void **)ptrs[take - 1];
     unsigned nruns = chain_runs(ptrs[0], take, runs);
     bin_dalloc_runs(a, ind, runs, nruns);
     n -= take;
     ptrs += take;
-    (void)next;
   }
 }
 

@@ -32,9 +32,7 @@ static void test_fill_gives_distinct_aligned_regions(void) {
       memset(buf[i], (int)i, size);
       if (i > 0 && slab_of(buf[i - 1]) == s) CHECK(buf[i] > buf[i - 1]); /* lowest first */
     }
-    edata_t *eds[300];
-    for (unsigned i = 0; i < n; i++) eds[i] = slab_of(buf[i]);
-    bin_dalloc_batch(a, ind, buf, eds, n);
+    bin_dalloc_batch(a, ind, buf, n);
     CHECK_EQ(a->bins[ind].curregs, 0);
   }
 }
@@ -47,9 +45,7 @@ static void test_empty_slabs_return_to_extents(void) {
   CHECK_EQ(n, per * 4);
   size_t slabs = a->bins[ind].curslabs;
   CHECK(slabs >= 4);
-  edata_t *eds[2000];
-  for (unsigned i = 0; i < n; i++) eds[i] = slab_of(buf[i]);
-  bin_dalloc_batch(a, ind, buf, eds, n);
+  bin_dalloc_batch(a, ind, buf, n);
   /* Only the current slab and one spare may stay. */
   CHECK(a->bins[ind].curslabs <= 2);
   bin_release_spare(a, ind);
@@ -74,9 +70,8 @@ static void free_twice(void) {
   void *p;
   szind_t ind = sz_size2index(64);
   bin_fill(a, ind, &p, 1);
-  edata_t *e = slab_of(p);
-  bin_dalloc_batch(a, ind, &p, &e, 1);
-  bin_dalloc_batch(a, ind, &p, &e, 1);
+  bin_dalloc_batch(a, ind, &p, 1);
+  bin_dalloc_batch(a, ind, &p, 1);
 }
 
 static void free_interior(void) {
@@ -84,8 +79,7 @@ static void free_interior(void) {
   szind_t ind = sz_size2index(64);
   bin_fill(a, ind, &p, 1);
   void *q = (char *)p + 8;
-  edata_t *e = slab_of(q);
-  bin_dalloc_batch(a, ind, &q, &e, 1);
+  bin_dalloc_batch(a, ind, &q, 1);
 }
 
 static void test_double_and_interior_frees_abort(void) {
