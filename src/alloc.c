@@ -123,8 +123,12 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
   if (unlikely(opt.junk & JUNK_FREE)) memset(p, 0x5a, usize);
   tsd->deallocated += usize;
   if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant)) {
-    tcache_t *tc = tsd->state == TSD_ACTIVE ? tsd->tcache : tcache_get_slow(tsd);
-    if (tc) {
+    /* A thread whose first call is a free gets its cache now, but that block goes back
+     * to its arena: it was allocated elsewhere, next to other threads' blocks, and
+     * caching it would hand it to this thread's next malloc (Hoard's cache-scratch). */
+    bool first = tsd->state != TSD_ACTIVE;
+    tcache_t *tc = first ? tcache_get_slow(tsd) : tsd->tcache;
+    if (tc && !first) {
       tbin_t *b = &tc->bins[ind];
       tsd->reentrant = 1;
       if (ind <= SZ_NSMALL) TAG_WORD(p) = TAG_OF(p);
@@ -152,7 +156,7 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
   }
   tsd->reentrant = 1;
   if (ind <= SZ_NSMALL) {
-    bin_dalloc_batch(arena_of(ed), ind, &p, &ed, 1);
+    bin_dalloc_batch(arena_of(ed), ind, &p, 1);
   } else {
     arena_large_dalloc(ed);
   }

@@ -78,6 +78,27 @@ static void test_thread_exit_flushes_cache(void) {
   CHECK_EQ(small_curregs(ind), before);
 }
 
+/* Hoard's cache-scratch: a thread whose first call frees a block allocated by another
+ * thread (next to other threads' blocks) must not get that block back from its next
+ * malloc of the same size, or it writes to a cache line other threads write to. */
+static void *scratch_body(void *arg) {
+  void *given = arg;
+  strata_free(given);
+  void *mine = strata_malloc(8);
+  void *result = mine == given ? (void *)1 : NULL;
+  strata_free(mine);
+  return result;
+}
+
+static void test_first_free_of_a_thread_is_not_cached(void) {
+  void *given = strata_malloc(8);
+  pthread_t t;
+  void *reused;
+  pthread_create(&t, NULL, scratch_body, given);
+  pthread_join(t, &reused);
+  CHECK(reused == NULL);
+}
+
 static void test_thread_counters_are_exact(void) {
   uint64_t a0, d0, a1, d1;
   tcache_counts(&strata_tsd, &a0, &d0);
@@ -98,5 +119,6 @@ int main(void) {
   RUN(test_gc_drains_idle_bin);
   RUN(test_thread_exit_flushes_cache);
   RUN(test_thread_counters_are_exact);
+  RUN(test_first_free_of_a_thread_is_not_cached);
   UNIT_EXIT();
 }
