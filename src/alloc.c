@@ -174,7 +174,7 @@ static NOINLINE void *malloc_slow(size_t size) {
 
 EXPORT void *strata_malloc(size_t size) {
   if (likely(size <= SZ_LOOKUP_MAX)) {
-    size_t ind = sz_lookup[(size + 7) >> 3];
+    size_t ind = sz_lookup_read(size);
     tbin_t *b = &strata_tsd.tcache->bins[ind];
     void *p = b->head;
     if (likely(p != NULL)) {

@@ -147,8 +147,13 @@ typedef struct {
 HIDDEN extern bin_info_t bin_info[SZ_NSMALL + 1];
 HIDDEN void sz_init(void);
 HIDDEN szind_t sz_size2index_compute(size_t size);
+/* The malloc fast path reads the table before initialisation has filled it (the empty
+ * cache sends it to the slow path whatever it reads): relaxed atomics, a plain mov. */
+static inline szind_t sz_lookup_read(size_t size) {
+  return __atomic_load_n(&sz_lookup[(size + 7) >> 3], __ATOMIC_RELAXED);
+}
 static inline szind_t sz_size2index(size_t size) {
-  if (likely(size <= SZ_LOOKUP_MAX)) return sz_lookup[(size + 7) >> 3];
+  if (likely(size <= SZ_LOOKUP_MAX)) return sz_lookup_read(size);
   return sz_size2index_compute(size);
 }
 /* Usable size for (size, alignment); 0 if impossible. */

@@ -51,7 +51,8 @@ size_t sz_sa2u(size_t size, size_t align) {
 
 void sz_init(void) {
   for (szind_t i = 1; i <= SZ_NCLASSES; i++) sz_size[i] = class_size(i);
-  for (size_t s = 0; s <= SZ_LOOKUP_MAX; s += 8) sz_lookup[s >> 3] = (uint8_t)sz_size2index_compute(s ? s : 1);
+  for (size_t s = 0; s <= SZ_LOOKUP_MAX; s += 8)
+    __atomic_store_n(&sz_lookup[s >> 3], (uint8_t)sz_size2index_compute(s ? s : 1), __ATOMIC_RELAXED);
   for (szind_t i = 1; i <= SZ_NSMALL; i++) {
     size_t size = sz_size[i], best = 0, best_waste = (size_t)-1;
     size_t minp = SLAB_MIN > os_page ? SLAB_MIN / os_page : 1;
