@@ -88,7 +88,7 @@ void ph_remove(ph_node_t **root, ph_node_t *n) {
 /* arena_ind is written once, when the edata is created, and never again: other arenas
  * read it through stale rtree entries without a lock (see mergeable), so recycling
  * must not even zero it for an instant. */
-edata_t *edata_get(arena_t *a) {
+static edata_t *edata_get(arena_t *a) {
   edata_t *e = a->edata_free;
   if (e == NULL) {
     edata_t *block = meta_alloc(EDATA_BATCH * sizeof(edata_t));
@@ -109,7 +109,7 @@ edata_t *edata_get(arena_t *a) {
   return e;
 }
 
-void edata_put(arena_t *a, edata_t *e) {
+static void edata_put(arena_t *a, edata_t *e) {
   e->state = ES_ACTIVE; /* no longer a free extent: stale rtree reads must not merge it */
   e->lru_next = a->edata_free;
   a->edata_free = e;

@@ -65,7 +65,6 @@ static inline void mtx_unlock(mtx_t *m) { pthread_mutex_unlock(&m->m); }
 /* Bump allocator for strata's own structures; never returns memory, never calls malloc. */
 HIDDEN void *meta_alloc(size_t size); /* zeroed, 64-byte aligned when size >= 64; NULL on OOM */
 HIDDEN size_t meta_mapped(void);
-HIDDEN size_t meta_used(void);
 HIDDEN extern mtx_t meta_lock;
 
 /* ------------------------------------------------------------------ rtree.c */
@@ -209,8 +208,6 @@ HIDDEN void extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size); /* e
 HIDDEN size_t extent_purge(arena_t *a, size_t target_pages);
 HIDDEN void extent_register(edata_t *e, unsigned szind, bool slab); /* boundary (or all, for slabs) */
 HIDDEN void extent_deregister_interior(edata_t *e);
-HIDDEN edata_t *edata_get(arena_t *a); /* elock held */
-HIDDEN void edata_put(arena_t *a, edata_t *e); /* elock held */
 HIDDEN void ph_insert(ph_node_t **root, ph_node_t *n);
 HIDDEN void ph_remove(ph_node_t **root, ph_node_t *n);
 #define ph_edata(n) ((edata_t *)((char *)(n) - offsetof(edata_t, ph)))

@@ -12,7 +12,6 @@ mtx_t meta_lock = MTX_INITIALIZER;
 static char *meta_cur;      /* guarded by meta_lock */
 static size_t meta_left;
 static size_t meta_total_mapped;
-static size_t meta_total_used;
 
 void *meta_alloc(size_t size) {
   size_t align = size >= 64 ? 64 : 16;
@@ -29,7 +28,6 @@ void *meta_alloc(size_t size) {
     }
     meta_total_mapped += bsize;
     if (size > META_BLOCK) { /* a one-off large block: do not abandon the current one */
-      meta_total_used += size;
       mtx_unlock(&meta_lock);
       return b;
     }
@@ -40,10 +38,8 @@ void *meta_alloc(size_t size) {
   void *p = meta_cur + pad;
   meta_cur += pad + size;
   meta_left -= pad + size;
-  meta_total_used += size;
   mtx_unlock(&meta_lock);
   return p;
 }
 
 size_t meta_mapped(void) { return __atomic_load_n(&meta_total_mapped, __ATOMIC_RELAXED); }
-size_t meta_used(void) { return __atomic_load_n(&meta_total_used, __ATOMIC_RELAXED); }
