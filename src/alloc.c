@@ -47,9 +47,8 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
         b->head = *(void **)p;
         b->avail++;
       } else {
-        p = tcache_alloc_hard(tsd, tc, ind);
+        p = tcache_alloc_hard(tc, ind);
       }
-      if (p && ind <= SZ_NSMALL) TAG_WORD(p) = 0; /* allocated: untagged */
       if (p && zero) memset(p, 0, usize);
       goto done;
     }
@@ -60,7 +59,6 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
       p = NULL;
     } else if (ind <= SZ_NSMALL) {
       p = arena_small_alloc(a, ind, zero || opt.zero);
-      if (p) TAG_WORD(p) = 0;
     } else {
       p = arena_large_alloc(a, usize, 0, zero || opt.zero);
     }
@@ -68,6 +66,7 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
 done:
   tsd->reentrant = 0;
   if (likely(p != NULL)) {
+    if (ind <= SZ_NSMALL) TAG_WORD(p) = 0; /* allocated: untagged */
     tsd->allocated += usize;
     alloc_fill(p, usize, zero || opt.zero);
   }
@@ -137,7 +136,7 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
         b->head = p;
         b->avail--;
       } else {
-        tcache_dalloc_hard(tsd, tc, ind, p);
+        tcache_dalloc_hard(tc, ind, p);
       }
       tsd->reentrant = 0;
       return;

@@ -336,8 +336,8 @@ HIDDEN extern uintptr_t tcache_key;
 HIDDEN extern unsigned tcache_nbins; /* classes cached: 1..tcache_nbins-1 */
 HIDDEN void tcache_boot(void);
 HIDDEN tcache_t *tcache_get_slow(tsd_t *tsd); /* creates the thread's cache; NULL if none */
-HIDDEN void *tcache_alloc_hard(tsd_t *tsd, tcache_t *tc, szind_t ind);
-HIDDEN void tcache_dalloc_hard(tsd_t *tsd, tcache_t *tc, szind_t ind, void *p);
+HIDDEN void *tcache_alloc_hard(tcache_t *tc, szind_t ind);
+HIDDEN void tcache_dalloc_hard(tcache_t *tc, szind_t ind, void *p);
 HIDDEN void tcache_flush_all(tcache_t *tc);
 HIDDEN void tcache_thread_exit(void *arg);
 HIDDEN void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated);

@@ -101,7 +101,6 @@ unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n) {
     }
   }
   unsigned from_remote = got;
-  bin->nmalloc += from_remote;
   while (got < n) {
     edata_t *s = bin->cur;
     if (s == NULL || s->nfree == 0) {
@@ -130,8 +129,8 @@ unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n) {
     s->bm_hint = (uint16_t)w;
   }
   *tail = NULL;
-  bin->curregs += got - from_remote;
-  bin->nmalloc += got - from_remote;
+  bin->curregs += got - from_remote; /* remote regions were never taken off */
+  bin->nmalloc += got;
   bin->nfills++;
   mtx_unlock(&bin->lock);
   return got;

@@ -1,8 +1,9 @@
 /*
  * tcache.c - per-thread caches: for each class up to tcache_max, a bounded LIFO of free
  * regions (an intrusive list) that the inline fast paths pop and push. Misses fill half
- * a bin in one batch under the bin lock; overflows flush half, grouped by owning arena
- * so that cross-thread frees go back one lock per batch, never one per object. An
+ * a bin in one batch under the bin lock; overflows flush half: a batch that belongs to
+ * one other arena goes to that bin's remote list as a chain, anything else back to the
+ * bitmaps grouped by owning arena, one lock per batch, never one per object. An
  * incremental GC flushes bins a thread stopped using; a thread's cache is flushed by a
  * pthread key destructor and recycled.
  */
@@ -125,9 +126,9 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
   return sc;
 }
 
-/* Flush all but `keep` of bin ind (the hottest, at the head, stay). Each region is
- * validated against the rtree (a slab of this class; a large extent of this class that
- * starts at the pointer), then returned to its owner arena, one lock per arena. */
+/* Flush all but `keep` of bin ind, taking them from the head of the list. Each region is
+ * validated against the rtree (a slab of this class and a region start; a large extent
+ * of this class that starts at the pointer), then returned to its owner arena. */
 static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
   tbin_t *b = &tc->bins[ind];
   sassert(tbin_count(b, ind) <= tbin_max[ind]);
@@ -184,8 +185,7 @@ static void tcache_event(tcache_t *tc, szind_t ind) {
   tc->events[g] = 0;
 }
 
-void *tcache_alloc_hard(tsd_t *tsd, tcache_t *tc, szind_t ind) {
-  (void)tsd;
+void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
   tbin_t *b = &tc->bins[ind];
   void *p;
   if (ind <= SZ_NSMALL) {
@@ -203,9 +203,9 @@ void *tcache_alloc_hard(tsd_t *tsd, tcache_t *tc, szind_t ind) {
   return p;
 }
 
-void tcache_dalloc_hard(tsd_t *tsd, tcache_t *tc, szind_t ind, void *p) {
-  (void)tsd;
+void tcache_dalloc_hard(tcache_t *tc, szind_t ind, void *p) {
   tbin_t *b = &tc->bins[ind];
+  /* Small regions were checked by their tag already; large ones have none. */
   if (unlikely(p == b->head)) strata_invalid_free("free", p);
   if (b->avail == 0) {
     tcache_flush_bin(tc, ind, tbin_max[ind] / 2);
