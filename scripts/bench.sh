@@ -8,7 +8,5 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
-bash scripts/install-deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build build
+bash scripts/build.sh
 PYTHONPATH="$root/tools${PYTHONPATH:+:$PYTHONPATH}" exec python3 -m strata_tool bench --build-dir "$root/build" "$@"

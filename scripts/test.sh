@@ -7,9 +7,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
-bash scripts/install-deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build build
+bash scripts/build.sh
 status=0
 (cd build && ctest --output-on-failure -j "$(nproc)") || status=1
 bash scripts/sanitize.sh "$root" || status=1
