@@ -9,6 +9,11 @@
 
 #include "internal.h"
 
+/* Per large class counts (stats); aligned blocks of a small class's size are not counted. */
+static inline void lext_count(uint64_t *counts, unsigned ind) {
+  if (ind > SZ_NSMALL) counts[ind - SZ_NSMALL - 1]++;
+}
+
 arena_t **arenas;
 unsigned narenas;
 mtx_t arenas_lock = MTX_INITIALIZER;
@@ -26,6 +31,7 @@ arena_t *arena_get(unsigned ind) {
       a->ind = ind;
       a->huge = (ind == narenas);
       a->grow_next = (size_t)2 << 20;
+      a->created_ns = decay_now();
       __atomic_store_n(&arenas[ind], a, __ATOMIC_RELEASE);
     }
   }
@@ -72,6 +78,7 @@ void *arena_large_alloc(arena_t *a, size_t usize, size_t align, bool zero) {
     extent_register(e, ind, false);
     a->large_allocated += usize;
     a->nlarge_malloc++;
+    lext_count(a->lext_nmalloc, ind);
     zeroed = e->zeroed;
   }
   mtx_unlock(&a->elock);
@@ -89,6 +96,7 @@ void arena_large_dalloc(edata_t *e) {
   }
   a->large_allocated -= sz_size[e->szind];
   a->nlarge_dalloc++;
+  lext_count(a->lext_ndalloc, e->szind);
   extent_dalloc(a, e);
   mtx_unlock(&a->elock);
   arena_maybe_purge(a);
@@ -107,6 +115,8 @@ bool arena_large_resize(edata_t *e, size_t usize) {
     fail = extent_grow_inplace(a, e, esize);
   }
   if (!fail) {
+    lext_count(a->lext_ndalloc, e->szind);
+    lext_count(a->lext_nmalloc, ind);
     e->szind = (uint16_t)ind;
     extent_register(e, ind, false);
     a->large_allocated += usize - old_usize;
@@ -133,9 +143,11 @@ void *arena_large_remap(edata_t *e, size_t usize) {
   a->mapped += esize - e->size; /* the old range went back to the kernel with the move */
   a->nactive += esize / os_page - e->size / os_page;
   a->large_allocated += usize - sz_size[e->szind];
+  lext_count(a->lext_ndalloc, e->szind);
   e->addr = (uintptr_t)p;
   e->size = esize;
   e->szind = (uint16_t)sz_size2index(usize);
+  lext_count(a->lext_nmalloc, e->szind);
   extent_register(e, e->szind, false);
   mtx_unlock(&a->elock);
   return p;

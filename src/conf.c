@@ -22,6 +22,7 @@ opt_t opt = {
     .abort_conf = false,
     .confirm_conf = false,
     .dirty_decay_ms = 10000, /* jemalloc's default */
+    .stats_interval_ms = 10000, /* Prometheus' usual scrape interval is 15 s or more */
 };
 
 extern const char *malloc_conf __attribute__((weak));
@@ -31,12 +32,12 @@ extern char **environ;
 
 static const char *const known_keys =
     "narenas, tcache, tcache_max, oversize_threshold, retain, junk, zero, abort, abort_conf, confirm_conf, "
-    "dirty_decay_ms";
+    "dirty_decay_ms, stats_print, stats_print_opts, stats_file, stats_interval_ms, stats_metrics_detail";
 /* jemalloc options a later version of strata implements: accepted and ignored, with a note. */
 static const char *const later_keys[] = {"muzzy_decay_ms", "background_thread",
                                          "thp", "metadata_thp", "percpu_arena", "prof", "prof_active",
                                          "lg_prof_sample", "lg_prof_interval", "prof_prefix",
-                                         "stats_print", "stats_print_opts", "lg_tcache_max", NULL};
+                                         "lg_tcache_max", NULL};
 
 static void report(const char *what, const char *key, size_t klen, const char *val, size_t vlen,
                    const char *source, const char *accepted) {
@@ -145,6 +146,29 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
         report("invalid value", k, klen, v, vlen, source, "milliseconds >= 0, or -1 to never purge by age");
         problems++;
       }
+    } else if (key_is(k, klen, "stats_print_opts") || key_is(k, klen, "stats_file")) {
+      /* statistics output (issue 7): strings kept in fixed buffers */
+      bool file = key_is(k, klen, "stats_file");
+      char *dst = file ? o->stats_file : o->stats_print_opts;
+      size_t cap = file ? sizeof(o->stats_file) : sizeof(o->stats_print_opts);
+      size_t bad = 0;
+      for (size_t i = 0; i < vlen && !file; i++) bad += strchr("JgmdablxePDT", v[i]) == NULL;
+      if (vlen < cap && !bad && (vlen > 0 || !file)) {
+        memcpy(dst, v, vlen);
+        dst[vlen] = '\0';
+      } else {
+        report("invalid value", k, klen, v, vlen, source,
+               file ? "a path of 1 to 255 bytes; %p is replaced by the pid"
+                    : "up to 31 of the letters J g m d a b l x e, P (OpenMetrics), T, D");
+        problems++;
+      }
+    } else if (key_is(k, klen, "stats_interval_ms")) {
+      if (parse_size(v, vlen, (uint64_t)1 << 40, &x) && x >= 10) {
+        o->stats_interval_ms = x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "milliseconds from 10 to 2^40");
+        problems++;
+      }
     } else if (key_is(k, klen, "junk")) {
       if (vlen == 4 && memcmp(v, "true", 4) == 0) {
         o->junk = JUNK_ALLOC | JUNK_FREE;
@@ -165,6 +189,8 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
                   : key_is(k, klen, "abort")        ? &o->abort
                   : key_is(k, klen, "abort_conf")   ? &o->abort_conf
                   : key_is(k, klen, "confirm_conf") ? &o->confirm_conf
+                  : key_is(k, klen, "stats_print")  ? &o->stats_print
+                  : key_is(k, klen, "stats_metrics_detail") ? &o->stats_metrics_detail
                                                     : NULL;
       if (dst) {
         if (parse_bool(v, vlen, &b)) {

@@ -1,18 +1,190 @@
 /*
- * ctl.c - introspection: merged statistics, a mallctl name tree with jemalloc's names
- * (the subset this version keeps; unknown names answer ENOENT as jemalloc does), and
- * malloc_stats_print in text and JSON ("J"). Statistics are merged when "epoch" is
- * written, as in jemalloc; per-thread counters are read live.
+ * ctl.c - the mallctl tree as one table (jemalloc's names, types, read/write rules and
+ * error codes), name and multi-component MIB lookup, and the statistics snapshot that
+ * writing "epoch" refreshes. Printers (stats.c, metrics.c) walk the same table. A new
+ * statistic is one row: a field in the snapshot record (filled in ctl_refresh) and a
+ * LEAF_* line below. Other modules' handlers (ctl_handler_t) plug in as LEAF_H rows.
+ * Counters are kept where the allocator already holds a lock (bin fills and flushes,
+ * extent changes); reading them takes those locks once per epoch, never the fast path.
  */
 #include <errno.h>
-#include <stdio.h>
+#include <stddef.h>
 #include <string.h>
 
-#include "internal.h"
+#include "ctl.h"
 
-static stats_t ctl_stats; /* snapshot at the last epoch; guarded by ctl_lock */
-static mtx_t ctl_lock = MTX_INITIALIZER;
+/* ---------------------------------------------------------------- snapshot */
+static mtx_t ctl_lock = MTX_INITIALIZER; /* guards the snapshot; taken before any arena lock */
+static ctl_global_stats_t snap_global;
+static ctl_arena_stats_t snap_merged, snap_destroyed;
+static ctl_arena_stats_t **snap_arenas; /* [narenas + 1], from meta_alloc as arenas appear */
 
+size_t ctl_narenas_total(void) { return (size_t)narenas + 1; }
+
+static ctl_arena_stats_t *snap_arena(size_t i) {
+  if (i == CTL_ARENAS_ALL) return &snap_merged;
+  if (i == CTL_ARENAS_DESTROYED) return &snap_destroyed;
+  if (snap_arenas == NULL || i >= ctl_narenas_total()) return NULL;
+  return snap_arenas[i];
+}
+
+bool ctl_arena_present(size_t i) {
+  if (i == CTL_ARENAS_ALL || i == CTL_ARENAS_DESTROYED) return true;
+  mtx_lock(&ctl_lock);
+  ctl_arena_stats_t *s = snap_arena(i);
+  bool r = s != NULL && s->initialized;
+  mtx_unlock(&ctl_lock);
+  return r;
+}
+
+/* Bytes and request counts of the thread caches, per arena: read without their owners'
+ * cooperation (as jemalloc does), so a figure may be a few objects stale. */
+__attribute__((no_sanitize("thread"))) static void snap_tcaches(void) {
+  mtx_lock(&tcache_list_lock);
+  for (tcache_t *tc = tcache_list; tc; tc = tc->next) {
+    if (tc->arena == NULL) continue;
+    ctl_arena_stats_t *s = snap_arenas[tc->arena->ind];
+    if (s == NULL) continue;
+    for (szind_t i = 1; i < tcache_nbins; i++) {
+      const tbin_t *b = &tc->bins[i];
+      size_t cached = tbin_count(b, i);
+      s->tcache_bytes += cached * sz_size[i];
+      if (i <= SZ_NSMALL) s->bins[i - 1].nrequests += b->nmalloc;
+    }
+  }
+  mtx_unlock(&tcache_list_lock);
+}
+
+static void snap_read_arena(arena_t *a, ctl_arena_stats_t *s) {
+  memset(s, 0, sizeof(*s));
+  s->initialized = true;
+  s->nthreads = __atomic_load_n(&a->nthreads, __ATOMIC_RELAXED);
+  for (unsigned b = 1; b <= SZ_NSMALL; b++) {
+    bin_t *bin = &a->bins[b];
+    ctl_bin_stats_t *o = &s->bins[b - 1];
+    mtx_lock(&bin->lock);
+    o->nmalloc = bin->nmalloc;
+    o->ndalloc = bin->ndalloc;
+    o->nfills = bin->nfills;
+    o->nflushes = bin->nflushes;
+    o->nslabs = bin->nslabs;
+    o->nreslabs = bin->nreslabs;
+    o->curregs = bin->curregs - bin->remote_count; /* remote chains are free regions */
+    o->curslabs = bin->curslabs;
+    o->nonfull_slabs = bin->nonfull_slabs;
+    mtx_unlock(&bin->lock);
+  }
+  mtx_lock(&a->elock);
+  s->uptime = decay_now() - a->created_ns;
+  s->pactive = a->nactive;
+  s->pdirty = a->dirty.npages;
+  s->retained = a->retained.npages * os_page;
+  s->mapped = a->mapped - s->retained;
+  s->dirty_npurge = a->npurge_passes;
+  s->dirty_nmadvise = a->nmadvise;
+  s->dirty_purged = a->npurged;
+  s->large.allocated = a->large_allocated;
+  s->large.nmalloc = a->nlarge_malloc;
+  s->large.ndalloc = a->nlarge_dalloc;
+  for (unsigned j = 0; j < CTL_NLEXT; j++) {
+    s->lext[j].nmalloc = a->lext_nmalloc[j];
+    s->lext[j].ndalloc = a->lext_ndalloc[j];
+  }
+  for (unsigned j = 0; j < PSZ_N; j++) {
+    s->ext[j].ndirty = a->dirty.nextents[j];
+    s->ext[j].dirty_bytes = a->dirty.bpages[j] * os_page;
+    s->ext[j].nretained = a->retained.nextents[j];
+    s->ext[j].retained_bytes = a->retained.bpages[j] * os_page;
+  }
+  mtx_unlock(&a->elock);
+}
+
+/* Sums and derived fields of one arena's record (also of the merged one). */
+static void snap_finish(ctl_arena_stats_t *s) {
+  s->dirty_decay_ms = (ssize_t)opt.dirty_decay_ms;
+  s->muzzy_decay_ms = 0; /* strata purges with MADV_DONTNEED: nothing is ever muzzy */
+  s->small = (ctl_class_stats_t){0};
+  for (unsigned b = 0; b < SZ_NSMALL; b++) {
+    ctl_bin_stats_t *o = &s->bins[b];
+    s->small.allocated += o->curregs * bin_info[b + 1].size;
+    s->small.nmalloc += o->nmalloc;
+    s->small.ndalloc += o->ndalloc;
+    s->small.nfills += o->nfills;
+    s->small.nflushes += o->nflushes;
+    o->nrequests += o->nmalloc; /* cache hits (added by snap_tcaches) plus fills */
+    s->small.nrequests += o->nrequests;
+  }
+  for (unsigned j = 0; j < CTL_NLEXT; j++) {
+    ctl_lext_stats_t *l = &s->lext[j];
+    l->nrequests = l->nmalloc;
+    l->curlextents = (size_t)(l->nmalloc - l->ndalloc);
+  }
+  s->large.nrequests = s->large.nmalloc;
+  s->resident = (s->pactive + s->pdirty) * os_page + s->base + s->internal;
+}
+
+static void snap_add(ctl_arena_stats_t *m, const ctl_arena_stats_t *s) {
+  m->initialized = true;
+  m->nthreads += s->nthreads;
+  if (m->uptime < s->uptime) m->uptime = s->uptime;
+#define ADD(f) m->f += s->f
+  ADD(pactive); ADD(pdirty); ADD(mapped); ADD(retained); ADD(tcache_bytes);
+  ADD(dirty_npurge); ADD(dirty_nmadvise); ADD(dirty_purged);
+  ADD(large.allocated); ADD(large.nmalloc); ADD(large.ndalloc);
+  for (unsigned b = 0; b < SZ_NSMALL; b++) {
+    ADD(bins[b].nmalloc); ADD(bins[b].ndalloc); ADD(bins[b].nrequests); ADD(bins[b].nfills);
+    ADD(bins[b].nflushes); ADD(bins[b].nslabs); ADD(bins[b].nreslabs); ADD(bins[b].curregs);
+    ADD(bins[b].curslabs); ADD(bins[b].nonfull_slabs);
+  }
+  for (unsigned j = 0; j < CTL_NLEXT; j++) {
+    ADD(lext[j].nmalloc); ADD(lext[j].ndalloc);
+  }
+  for (unsigned j = 0; j < PSZ_N; j++) {
+    ADD(ext[j].ndirty); ADD(ext[j].dirty_bytes); ADD(ext[j].nretained); ADD(ext[j].retained_bytes);
+  }
+#undef ADD
+}
+
+void ctl_refresh(void) {
+  mtx_lock(&ctl_lock);
+  size_t n = ctl_narenas_total();
+  if (snap_arenas == NULL) __atomic_store_n(&snap_arenas, meta_alloc(n * sizeof(*snap_arenas)), __ATOMIC_RELEASE);
+  if (snap_arenas == NULL) goto out;
+  for (size_t i = 0; i < n; i++) {
+    arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
+    if (a == NULL) continue;
+    if (snap_arenas[i] == NULL && (snap_arenas[i] = meta_alloc(sizeof(ctl_arena_stats_t))) == NULL) continue;
+    snap_read_arena(a, snap_arenas[i]);
+  }
+  snap_tcaches();
+  memset(&snap_merged, 0, sizeof(snap_merged));
+  for (size_t i = 0; i < n; i++) {
+    if (snap_arenas[i] == NULL || !snap_arenas[i]->initialized) continue;
+    snap_finish(snap_arenas[i]);
+    snap_add(&snap_merged, snap_arenas[i]);
+  }
+  /* strata's metadata is one pool for every arena: it is the merged record's base. */
+  snap_merged.base = meta_mapped();
+  snap_merged.uptime = snap_arenas[0] ? snap_arenas[0]->uptime : 0;
+  snap_finish(&snap_merged);
+  memset(&snap_destroyed, 0, sizeof(snap_destroyed));
+  snap_destroyed.initialized = true;
+  snap_finish(&snap_destroyed);
+  snap_destroyed.dirty_decay_ms = snap_destroyed.muzzy_decay_ms = 0;
+  snap_global = (ctl_global_stats_t){
+      .allocated = snap_merged.small.allocated + snap_merged.large.allocated,
+      .active = snap_merged.pactive * os_page,
+      .metadata = snap_merged.base,
+      .resident = snap_merged.resident,
+      .mapped = snap_merged.mapped,
+      .retained = snap_merged.retained,
+  };
+  ctl_epoch++;
+out:
+  mtx_unlock(&ctl_lock);
+}
+
+/* mallinfo2 and malloc_info's figures, without the snapshot (no allocation). */
 void stats_merge(stats_t *s) {
   memset(s, 0, sizeof(*s));
   if (!strata_ready) return;
@@ -34,14 +206,26 @@ void stats_merge(stats_t *s) {
   }
   s->allocated = s->small_allocated + s->large_allocated;
   s->metadata = meta_mapped();
-  /* Retained pages are mapped but hold no memory. */
-  s->mapped -= s->retained;
+  s->mapped -= s->retained; /* retained pages are mapped but hold no memory */
   s->resident = s->active + s->dirty + s->metadata;
 }
 
-typedef enum { T_SIZE, T_U64, T_UNSIGNED, T_BOOL, T_STR } ctl_type_t;
+/* ---------------------------------------------------------------- value transfer */
+static size_t type_size(unsigned t) {
+  switch (t) {
+  case CT_BOOL: return sizeof(bool);
+  case CT_UNSIGNED: return sizeof(unsigned);
+  case CT_U32: return sizeof(uint32_t);
+  case CT_SIZE: return sizeof(size_t);
+  case CT_SSIZE: return sizeof(ssize_t);
+  case CT_U64: return sizeof(uint64_t);
+  case CT_STR: return sizeof(const char *);
+  default: return 0;
+  }
+}
 
-static int ctl_read(void *oldp, size_t *oldlenp, const void *val, size_t len) {
+/* jemalloc's rule: a length that is not the type's size copies what fits and is EINVAL. */
+static int ctl_copy_out(void *oldp, size_t *oldlenp, const void *val, size_t len) {
   if (oldp == NULL || oldlenp == NULL) return 0;
   if (*oldlenp != len) {
     size_t n = *oldlenp < len ? *oldlenp : len;
@@ -52,127 +236,606 @@ static int ctl_read(void *oldp, size_t *oldlenp, const void *val, size_t len) {
   memcpy(oldp, val, len);
   return 0;
 }
+#define READONLY() \
+  do { \
+    if (newp != NULL || newlen != 0) return EPERM; \
+  } while (0)
+#define NEITHER_READ_NOR_WRITE() \
+  do { \
+    if (oldp != NULL || oldlenp != NULL || newp != NULL || newlen != 0) return EPERM; \
+  } while (0)
+#define WRITE_IN(var) \
+  do { \
+    if (newp != NULL) { \
+      if (newlen != sizeof(var)) return EINVAL; \
+      memcpy(&(var), newp, sizeof(var)); \
+    } \
+  } while (0)
+#define RETURN_OUT(var) return ctl_copy_out(oldp, oldlenp, &(var), sizeof(var))
 
-enum {
-  N_VERSION, N_EPOCH, N_NARENAS, N_ST_ALLOCATED, N_ST_ACTIVE, N_ST_METADATA, N_ST_RESIDENT,
-  N_ST_MAPPED, N_ST_RETAINED, N_TH_ALLOCATED, N_TH_DEALLOCATED, N_OPT_NARENAS, N_OPT_TCACHE,
-  N_OPT_TCACHE_MAX, N_OPT_OVERSIZE, N_OPT_RETAIN, N_OPT_ZERO, N_OPT_ABORT, N_PAGE, N_QUANTUM,
-  N_NBINS, N_TCACHE_FLUSH, N_ARENAS_PURGE, N_COUNT
-};
-static const char *const ctl_names[N_COUNT] = {
-    "version", "epoch", "arenas.narenas", "stats.allocated", "stats.active", "stats.metadata",
-    "stats.resident", "stats.mapped", "stats.retained", "thread.allocated", "thread.deallocated",
-    "opt.narenas", "opt.tcache", "opt.tcache_max", "opt.oversize_threshold", "opt.retain",
-    "opt.zero", "opt.abort", "arenas.page", "arenas.quantum", "arenas.nbins", "thread.tcache.flush",
-    "arena.purge"};
+/* The address of a table leaf's value (ctl_lock held for snapshot sources). */
+static const void *leaf_addr(const ctl_node_t *n, const size_t *mib) {
+  const ctl_arena_stats_t *s;
+  switch (n->src) {
+  case S_CONST: return n->ptr;
+  case S_GLOBAL: return (const char *)&snap_global + n->off;
+  case S_BININFO: return (const char *)&bin_info[mib[2] + 1] + n->off;
+  case S_ARENA: case S_BIN: case S_LEXT: case S_EXT:
+    if ((s = snap_arena(mib[2])) == NULL || !s->initialized) return NULL;
+    if (n->src == S_ARENA) return (const char *)s + n->off;
+    if (n->src == S_BIN) return (const char *)&s->bins[mib[4]] + n->off;
+    if (n->src == S_LEXT) return (const char *)&s->lext[mib[4]] + n->off;
+    return (const char *)&s->ext[mib[4]] + n->off;
+  }
+  return NULL;
+}
 
-static int ctl_by_index(size_t i, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+static int leaf_read(const ctl_node_t *n, const size_t *mib, void *oldp, size_t *oldlenp, void *newp,
+                     size_t newlen) {
+  READONLY();
+  /* The first statistics read takes the first snapshot, as jemalloc's start-up does. */
+  if (n->src != S_CONST && n->src != S_BININFO && __atomic_load_n(&snap_arenas, __ATOMIC_ACQUIRE) == NULL)
+    ctl_refresh();
+  uint64_t buf[1];
+  size_t len = type_size(n->type);
+  mtx_lock(&ctl_lock);
+  const void *p = leaf_addr(n, mib);
+  if (p) memcpy(buf, p, len);
+  mtx_unlock(&ctl_lock);
+  if (p == NULL) return ENOENT;
+  return ctl_copy_out(oldp, oldlenp, buf, len);
+}
+
+/* ---------------------------------------------------------------- handlers */
+static int h_epoch(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  (void)mib, (void)miblen;
+  uint64_t v;
+  WRITE_IN(v);
+  if (newp != NULL) ctl_refresh();
+  v = __atomic_load_n(&ctl_epoch, __ATOMIC_RELAXED);
+  RETURN_OUT(v);
+}
+
+static int h_thread_arena(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                          size_t newlen) {
+  (void)mib, (void)miblen;
   tsd_t *tsd = tsd_fetch();
   if (tsd == NULL) return EAGAIN;
-  stats_t s;
-  mtx_lock(&ctl_lock);
-  s = ctl_stats;
-  mtx_unlock(&ctl_lock);
-  if (newp != NULL && i != N_EPOCH && i != N_TCACHE_FLUSH && i != N_ARENAS_PURGE) return EPERM;
-  switch (i) {
-  case N_VERSION: {
-    const char *v = STRATA_VERSION;
-    return ctl_read(oldp, oldlenp, &v, sizeof(v));
+  if (tsd->arena == NULL) tsd->arena = arena_choose();
+  if (tsd->arena == NULL) return EAGAIN;
+  unsigned old = tsd->arena->ind, v = old;
+  WRITE_IN(v);
+  if (v != old) {
+    if (v >= ctl_narenas_total()) return EFAULT;
+    arena_t *a = arena_get(v);
+    if (a == NULL) return EAGAIN;
+    __atomic_fetch_add(&a->nthreads, 1, __ATOMIC_RELAXED);
+    arena_unbind(tsd->arena);
+    tsd->arena = a;
+    /* Cached regions keep their owner: flushes return them there, fills come from a. */
+    if (tsd->state == TSD_ACTIVE) tsd->tcache->arena = a;
   }
-  case N_EPOCH: {
-    if (newp != NULL) {
-      if (newlen != sizeof(uint64_t)) return EINVAL;
-      stats_t fresh;
-      stats_merge(&fresh);
-      mtx_lock(&ctl_lock);
-      ctl_stats = fresh;
-      ctl_epoch++;
-      mtx_unlock(&ctl_lock);
-    }
-    uint64_t e = __atomic_load_n(&ctl_epoch, __ATOMIC_RELAXED);
-    return ctl_read(oldp, oldlenp, &e, sizeof(e));
-  }
-  case N_NARENAS: {
-    unsigned n = narenas;
-    return ctl_read(oldp, oldlenp, &n, sizeof(n));
-  }
-  case N_ST_ALLOCATED: return ctl_read(oldp, oldlenp, &s.allocated, sizeof(size_t));
-  case N_ST_ACTIVE: return ctl_read(oldp, oldlenp, &s.active, sizeof(size_t));
-  case N_ST_METADATA: return ctl_read(oldp, oldlenp, &s.metadata, sizeof(size_t));
-  case N_ST_RESIDENT: return ctl_read(oldp, oldlenp, &s.resident, sizeof(size_t));
-  case N_ST_MAPPED: return ctl_read(oldp, oldlenp, &s.mapped, sizeof(size_t));
-  case N_ST_RETAINED: return ctl_read(oldp, oldlenp, &s.retained, sizeof(size_t));
-  case N_TH_ALLOCATED:
-  case N_TH_DEALLOCATED: {
-    uint64_t al, de;
-    tcache_counts(tsd, &al, &de);
-    return ctl_read(oldp, oldlenp, i == N_TH_ALLOCATED ? &al : &de, sizeof(uint64_t));
-  }
-  case N_OPT_NARENAS: {
-    unsigned n = narenas;
-    return ctl_read(oldp, oldlenp, &n, sizeof(n));
-  }
-  case N_OPT_TCACHE: return ctl_read(oldp, oldlenp, &opt.tcache, sizeof(bool));
-  case N_OPT_TCACHE_MAX: return ctl_read(oldp, oldlenp, &opt.tcache_max, sizeof(size_t));
-  case N_OPT_OVERSIZE: return ctl_read(oldp, oldlenp, &opt.oversize_threshold, sizeof(size_t));
-  case N_OPT_RETAIN: return ctl_read(oldp, oldlenp, &opt.retain, sizeof(bool));
-  case N_OPT_ZERO: return ctl_read(oldp, oldlenp, &opt.zero, sizeof(bool));
-  case N_OPT_ABORT: return ctl_read(oldp, oldlenp, &opt.abort, sizeof(bool));
-  case N_PAGE: return ctl_read(oldp, oldlenp, &os_page, sizeof(size_t));
-  case N_QUANTUM: {
-    size_t q = 16;
-    return ctl_read(oldp, oldlenp, &q, sizeof(q));
-  }
-  case N_NBINS: {
-    unsigned n = SZ_NSMALL;
-    return ctl_read(oldp, oldlenp, &n, sizeof(n));
-  }
-  case N_TCACHE_FLUSH:
-    if (tsd->state == TSD_ACTIVE) tcache_flush_all(tsd->tcache);
-    return 0;
-  case N_ARENAS_PURGE:
-    arena_purge_all();
-    return 0;
-  }
-  return ENOENT;
+  RETURN_OUT(old);
 }
 
-/* jemalloc spells "purge every arena" as arena.<narenas>.purge (MALLCTL_ARENAS_ALL). */
-static size_t ctl_lookup(const char *name) {
-  if (strncmp(name, "arena.", 6) == 0) {
-    const char *dot = strchr(name + 6, '.');
-    if (dot && strcmp(dot, ".purge") == 0) return N_ARENAS_PURGE;
-    return N_COUNT;
-  }
-  for (size_t i = 0; i < N_COUNT; i++) {
-    if (strcmp(ctl_names[i], name) == 0) return i;
-  }
-  return N_COUNT;
+static int h_thread_counts(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                           size_t newlen) {
+  (void)miblen;
+  READONLY();
+  tsd_t *tsd = tsd_fetch();
+  if (tsd == NULL) return EAGAIN;
+  uint64_t al, de;
+  tcache_counts(tsd, &al, &de);
+  return ctl_copy_out(oldp, oldlenp, mib[1] == 1 ? &al : &de, sizeof(uint64_t));
 }
 
-
-__attribute__((visibility("default"))) int strata_mallctl(const char *name, void *oldp, size_t *oldlenp,
-                                                          void *newp, size_t newlen) {
-  if (name == NULL) return EINVAL;
-  size_t i = ctl_lookup(name);
-  if (i == N_COUNT) return ENOENT;
-  return ctl_by_index(i, oldp, oldlenp, newp, newlen);
+static int h_tcache_enabled(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                            size_t newlen) {
+  (void)mib, (void)miblen;
+  tsd_t *tsd = tsd_fetch();
+  if (tsd == NULL) return EAGAIN;
+  bool old = tcache_nbins > 0 && (tsd->state == TSD_ACTIVE || tsd->state == TSD_NOMINAL), v = old;
+  WRITE_IN(v);
+  if (v != old) tcache_set_enabled(tsd, v);
+  RETURN_OUT(old);
 }
 
-__attribute__((visibility("default"))) int strata_mallctlnametomib(const char *name, size_t *mibp,
-                                                                  size_t *miblenp) {
-  if (name == NULL || mibp == NULL || miblenp == NULL || *miblenp < 1) return EINVAL;
-  size_t i = ctl_lookup(name);
-  if (i == N_COUNT) return ENOENT;
-  mibp[0] = i;
-  *miblenp = 1;
+static int h_tcache_flush(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                          size_t newlen) {
+  (void)mib, (void)miblen;
+  NEITHER_READ_NOR_WRITE();
+  tsd_t *tsd = tsd_fetch();
+  if (tsd == NULL) return EAGAIN;
+  if (tsd->state == TSD_ACTIVE) tcache_flush_all(tsd->tcache);
   return 0;
 }
 
-__attribute__((visibility("default"))) int strata_mallctlbymib(const size_t *mib, size_t miblen, void *oldp,
-                                                              size_t *oldlenp, void *newp, size_t newlen) {
-  if (mib == NULL || miblen != 1 || mib[0] >= N_COUNT) return ENOENT;
-  return ctl_by_index(mib[0], oldp, oldlenp, newp, newlen);
+/* thread.idle: the thread will not allocate for a while: give back its cache and let its
+ * arena purge what decay allows. */
+static int h_thread_idle(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                         size_t newlen) {
+  int r = h_tcache_flush(mib, miblen, oldp, oldlenp, newp, newlen);
+  if (r == 0 && strata_tsd.arena) arena_maybe_purge(strata_tsd.arena);
+  return r;
+}
+
+static void arena_purge_one(arena_t *a) {
+  for (unsigned b = 1; b <= SZ_NSMALL; b++) bin_release_spare(a, b);
+  mtx_lock(&a->elock);
+  extent_purge(a, 0);
+  mtx_unlock(&a->elock);
+}
+
+/* arena.<i>.purge; <i> = 4096 purges every arena (Redis's MEMORY PURGE). */
+static int h_arena_purge(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                         size_t newlen) {
+  (void)miblen;
+  NEITHER_READ_NOR_WRITE();
+  if (tsd_fetch() == NULL) return EAGAIN;
+  if (mib[1] == CTL_ARENAS_ALL) {
+    arena_purge_all();
+    return 0;
+  }
+  if (mib[1] >= ctl_narenas_total()) return EFAULT;
+  arena_t *a = __atomic_load_n(&arenas[mib[1]], __ATOMIC_ACQUIRE);
+  if (a) arena_purge_one(a);
+  return 0;
+}
+
+static int h_arena_initialized(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                               size_t newlen) {
+  (void)miblen;
+  READONLY();
+  if (tsd_fetch() == NULL) return EAGAIN;
+  bool v;
+  if (mib[1] == CTL_ARENAS_ALL) {
+    v = true;
+  } else if (mib[1] == CTL_ARENAS_DESTROYED) {
+    v = false;
+  } else if (mib[1] < ctl_narenas_total()) {
+    v = __atomic_load_n(&arenas[mib[1]], __ATOMIC_ACQUIRE) != NULL;
+  } else {
+    return EFAULT;
+  }
+  RETURN_OUT(v);
+}
+
+/* Values computed from the configuration: one handler, the leaf picked by mib. */
+enum { V_NARENAS, V_TCACHE_MAX, V_NHBINS, V_OPT_JUNK };
+static int h_computed(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen,
+                      int which) {
+  (void)mib, (void)miblen;
+  READONLY();
+  if (tsd_fetch() == NULL) return EAGAIN;
+  switch (which) {
+  case V_NARENAS: {
+    unsigned v = (unsigned)ctl_narenas_total();
+    RETURN_OUT(v);
+  }
+  case V_TCACHE_MAX: {
+    size_t v = tcache_nbins > 1 ? sz_size[tcache_nbins - 1] : 0;
+    RETURN_OUT(v);
+  }
+  case V_NHBINS: {
+    unsigned v = tcache_nbins > 0 ? tcache_nbins - 1 : 0;
+    RETURN_OUT(v);
+  }
+  default: {
+    const char *v = opt.junk == (JUNK_ALLOC | JUNK_FREE) ? "true"
+                    : opt.junk == JUNK_ALLOC             ? "alloc"
+                    : opt.junk == JUNK_FREE              ? "free"
+                                                         : "false";
+    RETURN_OUT(v);
+  }
+  }
+}
+#define COMPUTED(fn, which) \
+  static int fn(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) { \
+    return h_computed(mib, miblen, oldp, oldlenp, newp, newlen, which); \
+  }
+COMPUTED(h_arenas_narenas, V_NARENAS)
+COMPUTED(h_arenas_tcache_max, V_TCACHE_MAX)
+COMPUTED(h_arenas_nhbins, V_NHBINS)
+COMPUTED(h_opt_junk, V_OPT_JUNK)
+
+static int h_lextent_size(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                          size_t newlen) {
+  (void)miblen;
+  READONLY();
+  size_t v = sz_size[SZ_NSMALL + 1 + mib[2]];
+  RETURN_OUT(v);
+}
+
+/* arenas.lookup: write a pointer, read the index of the arena that owns it. */
+static int h_arenas_lookup(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                           size_t newlen) {
+  (void)mib, (void)miblen;
+  void *p;
+  if (newp == NULL || newlen != sizeof(p)) return EINVAL;
+  memcpy(&p, newp, sizeof(p));
+  if (p == NULL) return EINVAL;
+  uint64_t e = rtree_read((uintptr_t)p);
+  edata_t *ed = rt_edata(e);
+  /* Slab granules map every page; a large extent maps its first page (p's start). */
+  if (ed == NULL || (!(e & RT_SLAB) && (ed->state != ES_ACTIVE || ed->addr != (uintptr_t)p))) return EINVAL;
+  unsigned v = ed->arena_ind;
+  RETURN_OUT(v);
+}
+
+/* ---------------------------------------------------------------- index checks */
+static int idx_any(const size_t *mib, size_t pos, size_t i) { return (void)mib, (void)pos, (void)i, 0; }
+static int idx_stats_arena(const size_t *mib, size_t pos, size_t i) {
+  (void)mib, (void)pos;
+  if (__atomic_load_n(&snap_arenas, __ATOMIC_ACQUIRE) == NULL) ctl_refresh();
+  return ctl_arena_present(i) ? 0 : ENOENT;
+}
+static int idx_bin(const size_t *mib, size_t pos, size_t i) { return (void)mib, (void)pos, i < SZ_NSMALL ? 0 : ENOENT; }
+static int idx_lext(const size_t *mib, size_t pos, size_t i) { return (void)mib, (void)pos, i < CTL_NLEXT ? 0 : ENOENT; }
+static int idx_ext(const size_t *mib, size_t pos, size_t i) { return (void)mib, (void)pos, i < PSZ_N ? 0 : ENOENT; }
+static size_t cnt_bins(void) { return SZ_NSMALL; }
+static size_t cnt_lext(void) { return CTL_NLEXT; }
+static size_t cnt_ext(void) { return PSZ_N; }
+static const ctl_index_t I_ARENA = {idx_any, ctl_narenas_total};
+static const ctl_index_t I_STATS_ARENA = {idx_stats_arena, ctl_narenas_total};
+static const ctl_index_t I_BIN = {idx_bin, cnt_bins};
+static const ctl_index_t I_LEXT = {idx_lext, cnt_lext};
+static const ctl_index_t I_EXT = {idx_ext, cnt_ext};
+
+/* ---------------------------------------------------------------- the table */
+#define END {.name = NULL}
+#define DIR(nm, arr) {.name = nm, .kids = arr}
+#define IDX(nm, ix, node) {.name = nm, .ikid = &node, .index = &ix}
+#define LEAF_H(nm, T, fn, fl, hp) {.name = nm, .type = T, .src = S_HANDLER, .handler = fn, .flags = fl, .help = hp}
+#define LEAF_C(nm, T, addr, hp) {.name = nm, .type = T, .src = S_CONST, .ptr = addr, .help = hp}
+#define LEAF_S(nm, T, S, rec, field, fl, hp) \
+  {.name = nm, .type = T, .src = S, .off = offsetof(rec, field), .flags = fl, .help = hp}
+#define LEAF_G(nm, T, f, fl, hp) LEAF_S(nm, T, S_GLOBAL, ctl_global_stats_t, f, fl, hp)
+#define LEAF_A(nm, T, f, fl, hp) LEAF_S(nm, T, S_ARENA, ctl_arena_stats_t, f, fl, hp)
+#define LEAF_B(nm, T, f, fl, hp) LEAF_S(nm, T, S_BIN, ctl_bin_stats_t, f, fl, hp)
+#define LEAF_L(nm, T, f, fl, hp) LEAF_S(nm, T, S_LEXT, ctl_lext_stats_t, f, fl, hp)
+#define LEAF_E(nm, T, f, fl, hp) LEAF_S(nm, T, S_EXT, ctl_ext_stats_t, f, fl, hp)
+#define C F_COUNTER
+#define B F_BYTES
+#define P F_PAGES
+
+static const char *const version_str = STRATA_VERSION;
+static const char *const str_disabled = "disabled", *const str_free = "free", *const str_empty = "";
+static const char *const opt_spo = opt.stats_print_opts, *const opt_sfile = opt.stats_file;
+static const bool b_true = true, b_false = false;
+#ifdef STRATA_DEBUG
+#define B_DEBUG (&b_true)
+#else
+#define B_DEBUG (&b_false)
+#endif
+static const uint32_t u32_one = 1;
+static const unsigned u_nbins = SZ_NSMALL, u_nlextents = CTL_NLEXT;
+static const size_t z_quantum = 16;
+
+static const ctl_node_t n_config[] = {
+    LEAF_C("cache_oblivious", CT_BOOL, &b_false, "large allocations are not offset by a random cache line"),
+    LEAF_C("debug", CT_BOOL, B_DEBUG, "built with STRATA_DEBUG assertions"),
+    LEAF_C("fill", CT_BOOL, &b_true, "opt.junk and opt.zero are supported"),
+    LEAF_C("lazy_lock", CT_BOOL, &b_false, "locks are always taken"),
+    LEAF_C("malloc_conf", CT_STR, &str_empty, "built-in options string"),
+    LEAF_C("opt_safety_checks", CT_BOOL, &b_true, "invalid and double frees are always detected"),
+    LEAF_C("prof", CT_BOOL, &b_false, "heap profiling built in"),
+    LEAF_C("prof_libgcc", CT_BOOL, &b_false, "profiling backtraces by libgcc"),
+    LEAF_C("prof_libunwind", CT_BOOL, &b_false, "profiling backtraces by libunwind"),
+    LEAF_C("stats", CT_BOOL, &b_true, "statistics are kept"),
+    LEAF_C("utrace", CT_BOOL, &b_false, "utrace(2) tracing"),
+    LEAF_C("xmalloc", CT_BOOL, &b_false, "abort on out-of-memory"),
+    END};
+
+static const ctl_node_t n_opt[] = {
+    LEAF_C("abort", CT_BOOL, &opt.abort, "abort on warnings"),
+    LEAF_C("abort_conf", CT_BOOL, &opt.abort_conf, "abort on invalid options"),
+    LEAF_C("cache_oblivious", CT_BOOL, &b_false, "see config.cache_oblivious"),
+    LEAF_C("confirm_conf", CT_BOOL, &opt.confirm_conf, "print the options at start"),
+    LEAF_C("retain", CT_BOOL, &opt.retain, "keep address space of purged extents"),
+    LEAF_C("dss", CT_STR, &str_disabled, "sbrk precedence: strata never uses sbrk"),
+    LEAF_C("narenas", CT_UNSIGNED, &narenas, "ordinary arenas"),
+    LEAF_C("percpu_arena", CT_STR, &str_disabled, "per-CPU arenas: not used"),
+    LEAF_C("oversize_threshold", CT_SIZE, &opt.oversize_threshold, "size from which the oversize arena serves"),
+    LEAF_C("metadata_thp", CT_STR, &str_disabled, "transparent huge pages for metadata"),
+    LEAF_C("dirty_decay_ms", CT_SSIZE, &opt.dirty_decay_ms, "dirty page decay time"),
+    LEAF_H("junk", CT_STR, h_opt_junk, 0, "junk filling"),
+    LEAF_C("zero", CT_BOOL, &opt.zero, "zero every allocation"),
+    LEAF_C("experimental_infallible_new", CT_BOOL, &b_false, "abort when operator new fails"),
+    LEAF_C("tcache", CT_BOOL, &opt.tcache, "thread caches"),
+    LEAF_C("tcache_max", CT_SIZE, &opt.tcache_max, "largest size class cached per thread"),
+    LEAF_C("stats_print", CT_BOOL, &opt.stats_print, "malloc_stats_print at exit"),
+    LEAF_C("stats_print_opts", CT_STR, &opt_spo, "options of the print at exit"),
+    LEAF_C("zero_realloc", CT_STR, &str_free, "realloc(p, 0) frees p"),
+    LEAF_C("stats_file", CT_STR, &opt_sfile, "OpenMetrics textfile (strata)"),
+    LEAF_C("stats_interval_ms", CT_U64, &opt.stats_interval_ms, "rewrite period of stats_file (strata)"),
+    LEAF_C("stats_metrics_detail", CT_BOOL, &opt.stats_metrics_detail, "per-arena and per-class series (strata)"),
+    END};
+
+static const ctl_node_t n_thread_tcache[] = {
+    LEAF_H("enabled", CT_BOOL, h_tcache_enabled, F_NOPRINT, "this thread's cache is on"),
+    LEAF_H("flush", CT_VOID, h_tcache_flush, F_NOPRINT, "flush this thread's cache"),
+    END};
+/* thread.allocated and thread.deallocated are positions 1 and 2: h_thread_counts tells
+ * them apart by mib[1]. */
+static const ctl_node_t n_thread[] = {
+    LEAF_H("arena", CT_UNSIGNED, h_thread_arena, F_NOPRINT, "this thread's arena"),
+    LEAF_H("allocated", CT_U64, h_thread_counts, F_NOPRINT, "bytes this thread allocated"),
+    LEAF_H("deallocated", CT_U64, h_thread_counts, F_NOPRINT, "bytes this thread freed"),
+    DIR("tcache", n_thread_tcache),
+    LEAF_H("idle", CT_VOID, h_thread_idle, F_NOPRINT, "flush the cache and purge what decay allows"),
+    END};
+
+static const ctl_node_t n_arena_i_kids[] = {
+    LEAF_H("initialized", CT_BOOL, h_arena_initialized, F_NOPRINT, "the arena exists"),
+    LEAF_H("purge", CT_VOID, h_arena_purge, F_NOPRINT, "purge every dirty page (4096: all arenas)"),
+    END};
+static const ctl_node_t n_arena_i = DIR("<i>", n_arena_i_kids);
+
+static const ctl_node_t n_bin_j_kids[] = {
+    LEAF_S("size", CT_SIZE, S_BININFO, bin_info_t, size, B, "region size"),
+    LEAF_S("nregs", CT_U32, S_BININFO, bin_info_t, nregs, 0, "regions per slab"),
+    LEAF_S("slab_size", CT_SIZE, S_BININFO, bin_info_t, slab_size, B, "bytes per slab"),
+    LEAF_C("nshards", CT_U32, &u32_one, "bin shards per arena"),
+    END};
+static const ctl_node_t n_bin_j = DIR("<j>", n_bin_j_kids);
+static const ctl_node_t n_lextent_j_kids[] = {
+    LEAF_H("size", CT_SIZE, h_lextent_size, B, "large size class"),
+    END};
+static const ctl_node_t n_lextent_j = DIR("<j>", n_lextent_j_kids);
+static const ctl_node_t n_arenas[] = {
+    LEAF_H("narenas", CT_UNSIGNED, h_arenas_narenas, 0, "arenas, the oversize arena included"),
+    LEAF_C("quantum", CT_SIZE, &z_quantum, "quantum"),
+    LEAF_C("page", CT_SIZE, &os_page, "page size"),
+    LEAF_H("tcache_max", CT_SIZE, h_arenas_tcache_max, 0, "largest cached size class"),
+    LEAF_C("nbins", CT_UNSIGNED, &u_nbins, "small size classes"),
+    LEAF_H("nhbins", CT_UNSIGNED, h_arenas_nhbins, 0, "cached size classes"),
+    IDX("bin", I_BIN, n_bin_j),
+    LEAF_C("nlextents", CT_UNSIGNED, &u_nlextents, "large size classes"),
+    IDX("lextent", I_LEXT, n_lextent_j),
+    LEAF_H("lookup", CT_UNSIGNED, h_arenas_lookup, F_NOPRINT, "arena owning a pointer"),
+    END};
+
+static const ctl_node_t n_class_small[] = {
+    LEAF_A("allocated", CT_SIZE, small.allocated, B, "bytes in small regions handed out"),
+    LEAF_A("nmalloc", CT_U64, small.nmalloc, C, "small regions taken from bins"),
+    LEAF_A("ndalloc", CT_U64, small.ndalloc, C, "small regions returned to bins"),
+    LEAF_A("nrequests", CT_U64, small.nrequests, C, "small allocation requests"),
+    LEAF_A("nfills", CT_U64, small.nfills, C, "thread cache fills"),
+    LEAF_A("nflushes", CT_U64, small.nflushes, C, "thread cache flushes"),
+    END};
+static const ctl_node_t n_class_large[] = {
+    LEAF_A("allocated", CT_SIZE, large.allocated, B, "bytes in large extents handed out"),
+    LEAF_A("nmalloc", CT_U64, large.nmalloc, C, "large extents allocated"),
+    LEAF_A("ndalloc", CT_U64, large.ndalloc, C, "large extents freed"),
+    LEAF_A("nrequests", CT_U64, large.nrequests, C, "large allocation requests"),
+    LEAF_A("nfills", CT_U64, large.nfills, C, "thread cache fills of large classes"),
+    LEAF_A("nflushes", CT_U64, large.nflushes, C, "thread cache flushes of large classes"),
+    END};
+static const ctl_node_t n_sbin_j_kids[] = {
+    LEAF_B("nmalloc", CT_U64, nmalloc, C, "regions taken from the bin"),
+    LEAF_B("ndalloc", CT_U64, ndalloc, C, "regions returned to the bin"),
+    LEAF_B("nrequests", CT_U64, nrequests, C, "allocation requests, thread cache hits included"),
+    LEAF_B("curregs", CT_SIZE, curregs, 0, "regions handed out"),
+    LEAF_B("nfills", CT_U64, nfills, C, "thread cache fills"),
+    LEAF_B("nflushes", CT_U64, nflushes, C, "thread cache flushes"),
+    LEAF_B("nslabs", CT_U64, nslabs, C, "slabs created"),
+    LEAF_B("nreslabs", CT_U64, nreslabs, C, "times the current slab changed"),
+    LEAF_B("curslabs", CT_SIZE, curslabs, 0, "slabs"),
+    LEAF_B("nonfull_slabs", CT_SIZE, nonfull_slabs, 0, "slabs neither full nor current"),
+    END};
+static const ctl_node_t n_sbin_j = DIR("<j>", n_sbin_j_kids);
+static const ctl_node_t n_slext_j_kids[] = {
+    LEAF_L("nmalloc", CT_U64, nmalloc, C, "extents of this class allocated"),
+    LEAF_L("ndalloc", CT_U64, ndalloc, C, "extents of this class freed"),
+    LEAF_L("nrequests", CT_U64, nrequests, C, "requests of this class"),
+    LEAF_L("curlextents", CT_SIZE, curlextents, 0, "extents of this class in use"),
+    END};
+static const ctl_node_t n_slext_j = DIR("<j>", n_slext_j_kids);
+static const ctl_node_t n_sext_j_kids[] = {
+    LEAF_E("ndirty", CT_SIZE, ndirty, 0, "dirty free extents in this page bucket"),
+    LEAF_E("nmuzzy", CT_SIZE, nmuzzy, 0, "muzzy free extents (always 0)"),
+    LEAF_E("nretained", CT_SIZE, nretained, 0, "retained extents in this page bucket"),
+    LEAF_E("dirty_bytes", CT_SIZE, dirty_bytes, B, "bytes of dirty extents"),
+    LEAF_E("muzzy_bytes", CT_SIZE, muzzy_bytes, B, "bytes of muzzy extents (always 0)"),
+    LEAF_E("retained_bytes", CT_SIZE, retained_bytes, B, "bytes of retained extents"),
+    END};
+static const ctl_node_t n_sext_j = DIR("<j>", n_sext_j_kids);
+static const ctl_node_t n_sarena_i_kids[] = {
+    LEAF_A("nthreads", CT_UNSIGNED, nthreads, 0, "threads bound"),
+    {.name = "uptime", .type = CT_U64, .src = S_ARENA, .off = offsetof(ctl_arena_stats_t, uptime),
+     .help = "nanoseconds since the arena was created", .jname = "uptime_ns"},
+    LEAF_C("dss", CT_STR, &str_disabled, "sbrk precedence"),
+    LEAF_A("dirty_decay_ms", CT_SSIZE, dirty_decay_ms, 0, "dirty decay time"),
+    LEAF_A("muzzy_decay_ms", CT_SSIZE, muzzy_decay_ms, 0, "muzzy decay time (strata has no muzzy state)"),
+    LEAF_A("pactive", CT_SIZE, pactive, P, "pages in active extents"),
+    LEAF_A("pdirty", CT_SIZE, pdirty, P, "pages in dirty extents"),
+    LEAF_A("pmuzzy", CT_SIZE, pmuzzy, P, "pages in muzzy extents (always 0)"),
+    LEAF_A("dirty_npurge", CT_U64, dirty_npurge, C, "dirty purge passes"),
+    LEAF_A("dirty_nmadvise", CT_U64, dirty_nmadvise, C, "madvise or munmap calls purging dirty pages"),
+    LEAF_A("dirty_purged", CT_U64, dirty_purged, C | P, "dirty pages purged"),
+    LEAF_A("muzzy_npurge", CT_U64, muzzy_npurge, C, "muzzy purge passes (always 0)"),
+    LEAF_A("muzzy_nmadvise", CT_U64, muzzy_nmadvise, C, "muzzy madvise calls (always 0)"),
+    LEAF_A("muzzy_purged", CT_U64, muzzy_purged, C | P, "muzzy pages purged (always 0)"),
+    DIR("small", n_class_small),
+    DIR("large", n_class_large),
+    LEAF_A("mapped", CT_SIZE, mapped, B, "bytes mapped, retained excluded"),
+    LEAF_A("retained", CT_SIZE, retained, B, "bytes of address space kept without memory"),
+    LEAF_A("base", CT_SIZE, base, B, "metadata bytes (one pool: merged record only)"),
+    LEAF_A("internal", CT_SIZE, internal, B, "internal allocations (none)"),
+    LEAF_A("metadata_thp", CT_SIZE, metadata_thp, B, "metadata on huge pages (none)"),
+    LEAF_A("tcache_bytes", CT_SIZE, tcache_bytes, B, "bytes cached in thread caches"),
+    LEAF_A("tcache_stashed_bytes", CT_SIZE, tcache_stashed_bytes, B, "stashed cache bytes (none)"),
+    LEAF_A("resident", CT_SIZE, resident, B, "resident bytes: active, dirty and metadata pages"),
+    LEAF_A("abandoned_vm", CT_SIZE, abandoned_vm, B, "leaked address space (none)"),
+    LEAF_A("extent_avail", CT_SIZE, extent_avail, 0, "spare extent structures"),
+    IDX("bins", I_BIN, n_sbin_j),
+    IDX("lextents", I_LEXT, n_slext_j),
+    IDX("extents", I_EXT, n_sext_j),
+    END};
+static const ctl_node_t n_sarena_i = DIR("<i>", n_sarena_i_kids);
+
+static const ctl_node_t n_stats[] = {
+    LEAF_G("allocated", CT_SIZE, allocated, B, "bytes allocated by the application"),
+    LEAF_G("active", CT_SIZE, active, B, "bytes in active pages"),
+    LEAF_G("metadata", CT_SIZE, metadata, B, "bytes of allocator metadata"),
+    LEAF_G("metadata_thp", CT_SIZE, metadata_thp, B, "metadata on huge pages"),
+    LEAF_G("resident", CT_SIZE, resident, B, "bytes in resident pages"),
+    LEAF_G("mapped", CT_SIZE, mapped, B, "bytes mapped, retained excluded"),
+    LEAF_G("retained", CT_SIZE, retained, B, "bytes of address space kept without memory"),
+    IDX("arenas", I_STATS_ARENA, n_sarena_i),
+    END};
+
+static const ctl_node_t n_root[] = {
+    LEAF_C("version", CT_STR, &version_str, "strata version"),
+    LEAF_H("epoch", CT_U64, h_epoch, F_NOPRINT, "write to refresh the statistics"),
+    {.name = "thread", .kids = n_thread, .flags = F_NOPRINT},
+    DIR("config", n_config),
+    DIR("opt", n_opt),
+    {.name = "arena", .ikid = &n_arena_i, .index = &I_ARENA, .flags = F_NOPRINT},
+    DIR("arenas", n_arenas),
+    DIR("stats", n_stats),
+    /* Rows for other branches go here (see docs/introspection.md, "Adding a name"). */
+    END};
+const ctl_node_t ctl_root = DIR("", n_root);
+
+/* ---------------------------------------------------------------- lookup */
+static const ctl_node_t *child_at(const ctl_node_t *n, const size_t *mib, size_t pos, int *err) {
+  if (n->kids) {
+    for (size_t k = 0; n->kids[k].name; k++) {
+      if (k == mib[pos]) return &n->kids[k];
+    }
+    return NULL;
+  }
+  if (n->ikid) {
+    int r = n->index->check(mib, pos, mib[pos]);
+    if (r) {
+      *err = r;
+      return NULL;
+    }
+    return n->ikid;
+  }
+  return NULL;
+}
+
+const ctl_node_t *ctl_node_of(const size_t *mib, size_t miblen) {
+  const ctl_node_t *n = &ctl_root;
+  int err = ENOENT;
+  for (size_t d = 0; d < miblen && n; d++) n = child_at(n, mib, d, &err);
+  return n;
+}
+
+static int ctl_call(const ctl_node_t *n, const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp,
+                    void *newp, size_t newlen) {
+  if (n->type == CT_NONE) return ENOENT; /* an inner node */
+  if (n->src == S_HANDLER) return n->handler(mib, miblen, oldp, oldlenp, newp, newlen);
+  return leaf_read(n, mib, oldp, oldlenp, newp, newlen);
+}
+
+int ctl_by_mib(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  if (mib == NULL || miblen == 0 || miblen > CTL_MAX_DEPTH) return ENOENT;
+  if (tsd_fetch() == NULL) return EAGAIN;
+  const ctl_node_t *n = &ctl_root;
+  int err = ENOENT;
+  for (size_t d = 0; d < miblen; d++) {
+    if ((n = child_at(n, mib, d, &err)) == NULL) return err;
+  }
+  return ctl_call(n, mib, miblen, oldp, oldlenp, newp, newlen);
+}
+
+/* Translates up to *depth components of name into mib; *depth becomes the count. */
+static int ctl_lookup(const char *name, size_t *mib, size_t *depth) {
+  const ctl_node_t *n = &ctl_root;
+  size_t d = 0;
+  const char *s = name;
+  while (d < *depth) {
+    const char *e = s;
+    while (*e && *e != '.') e++;
+    size_t len = (size_t)(e - s);
+    if (len == 0) return ENOENT;
+    if (n->kids) {
+      size_t k = 0;
+      for (; n->kids[k].name; k++) {
+        if (strlen(n->kids[k].name) == len && memcmp(n->kids[k].name, s, len) == 0) break;
+      }
+      if (n->kids[k].name == NULL) return ENOENT;
+      mib[d] = k;
+      n = &n->kids[k];
+    } else if (n->ikid) {
+      size_t v = 0;
+      for (const char *c = s; c < e; c++) {
+        if (*c < '0' || *c > '9' || v > (SIZE_MAX - 9) / 10) return ENOENT;
+        v = v * 10 + (size_t)(*c - '0');
+      }
+      int r = n->index->check(mib, d, v);
+      if (r) return r;
+      mib[d] = v;
+      n = n->ikid;
+    } else {
+      return ENOENT; /* a component after a leaf */
+    }
+    d++;
+    if (*e == '\0') break;
+    s = e + 1;
+  }
+  *depth = d;
+  return 0;
+}
+
+int ctl_value(const ctl_node_t *leaf, const size_t *mib, size_t miblen, ctl_value_t *v) {
+  union {
+    bool b;
+    unsigned u;
+    uint32_t u32;
+    uint64_t u64;
+    int64_t i64;
+    const char *s;
+  } buf = {.u64 = 0};
+  size_t len = type_size(leaf->type);
+  v->type = leaf->type;
+  v->u = 0;
+  if (len == 0) return ENOENT;
+  int r = ctl_call(leaf, mib, miblen, &buf, &len, NULL, 0);
+  if (r) return r;
+  switch (leaf->type) {
+  case CT_BOOL: v->b = buf.b; break;
+  case CT_UNSIGNED: v->u = buf.u; break;
+  case CT_U32: v->u = buf.u32; break;
+  case CT_SSIZE: v->i = buf.i64; break;
+  case CT_STR: v->s = buf.s; break;
+  default: v->u = buf.u64; break;
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- public entry points */
+#define EXPORT __attribute__((visibility("default")))
+
+EXPORT int strata_mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  if (name == NULL) return EINVAL;
+  if (tsd_fetch() == NULL) return EAGAIN;
+  size_t mib[CTL_MAX_DEPTH], depth = CTL_MAX_DEPTH;
+  int r = ctl_lookup(name, mib, &depth);
+  if (r) return r;
+  /* A name longer than the deepest node cannot exist. */
+  const char *s = name;
+  size_t dots = 0;
+  for (; *s; s++) dots += *s == '.';
+  if (dots + 1 != depth) return ENOENT;
+  return ctl_by_mib(mib, depth, oldp, oldlenp, newp, newlen);
+}
+
+EXPORT int strata_mallctlnametomib(const char *name, size_t *mibp, size_t *miblenp) {
+  if (name == NULL || mibp == NULL || miblenp == NULL || *miblenp == 0) return EINVAL;
+  if (tsd_fetch() == NULL) return EAGAIN;
+  size_t depth = *miblenp < CTL_MAX_DEPTH ? *miblenp : CTL_MAX_DEPTH;
+  int r = ctl_lookup(name, mibp, &depth);
+  if (r == 0) *miblenp = depth;
+  return r;
+}
+
+EXPORT int strata_mallctlbymib(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                               size_t newlen) {
+  return ctl_by_mib(mib, miblen, oldp, oldlenp, newp, newlen);
 }
 
 static void write_stderr(void *opaque, const char *s) {
@@ -180,59 +843,9 @@ static void write_stderr(void *opaque, const char *s) {
   msg_write(s);
 }
 
-__attribute__((visibility("default"))) void strata_malloc_stats_print(void (*write_cb)(void *, const char *),
-                                                                     void *cbopaque, const char *opts) {
-  if (write_cb == NULL) write_cb = write_stderr;
-  bool json = opts && strchr(opts, 'J');
-  stats_t s;
+EXPORT void strata_malloc_stats_print(void (*write_cb)(void *, const char *), void *cbopaque, const char *opts) {
   if (tsd_fetch() == NULL) return;
-  stats_merge(&s);
-  char buf[4096];
-  if (json) {
-    snprintf(buf, sizeof(buf),
-             "{\"jemalloc\":{\"version\":\"strata-%s\",\"config\":{\"allocator\":\"strata\"},"
-             "\"opt\":{\"narenas\":%u,\"tcache\":%s,\"tcache_max\":%zu,\"oversize_threshold\":%zu,"
-             "\"retain\":%s},"
-             "\"arenas\":{\"narenas\":%u,\"page\":%zu,\"quantum\":16,\"nbins\":%u},"
-             "\"stats\":{\"allocated\":%zu,\"active\":%zu,\"metadata\":%zu,\"resident\":%zu,"
-             "\"mapped\":%zu,\"retained\":%zu}}}\n",
-             STRATA_VERSION, narenas, opt.tcache ? "true" : "false", opt.tcache_max,
-             opt.oversize_threshold, opt.retain ? "true" : "false", narenas, os_page, SZ_NSMALL,
-             s.allocated, s.active, s.metadata, s.resident, s.mapped, s.retained);
-    write_cb(cbopaque, buf);
-    return;
-  }
-  snprintf(buf, sizeof(buf),
-           "___ Begin strata statistics ___\nVersion: \"%s\"\n"
-           "Run-time option settings:\n  opt.narenas: %u\n  opt.tcache: %s\n  opt.tcache_max: %zu\n"
-           "  opt.oversize_threshold: %zu\n  opt.retain: %s\n"
-           "Arenas: %u\nPage size: %zu\n"
-           "Allocated: %zu, active: %zu, metadata: %zu, resident: %zu, mapped: %zu, retained: %zu\n"
-           "  (small: %zu, large: %zu, dirty: %zu)\n",
-           STRATA_VERSION, narenas, opt.tcache ? "true" : "false", opt.tcache_max, opt.oversize_threshold,
-           opt.retain ? "true" : "false", narenas, os_page, s.allocated, s.active, s.metadata, s.resident,
-           s.mapped, s.retained, s.small_allocated, s.large_allocated, s.dirty);
-  write_cb(cbopaque, buf);
-  write_cb(cbopaque, "bins:           size  regs/slab  slab_size      curregs     nmalloc     ndalloc\n");
-  for (unsigned b = 1; b <= SZ_NSMALL; b++) {
-    size_t curregs = 0;
-    uint64_t nmalloc = 0, ndalloc = 0;
-    for (unsigned i = 0; i <= narenas; i++) {
-      arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
-      if (a == NULL) continue;
-      mtx_lock(&a->bins[b].lock);
-      curregs += a->bins[b].curregs;
-      nmalloc += a->bins[b].nmalloc;
-      ndalloc += a->bins[b].ndalloc;
-      mtx_unlock(&a->bins[b].lock);
-    }
-    if (nmalloc == 0) continue;
-    snprintf(buf, sizeof(buf), "  %20zu %10u %10zu %12zu %11llu %11llu\n", bin_info[b].size,
-             bin_info[b].nregs, bin_info[b].slab_size, curregs, (unsigned long long)nmalloc,
-             (unsigned long long)ndalloc);
-    write_cb(cbopaque, buf);
-  }
-  write_cb(cbopaque, "___ End strata statistics ___\n");
+  stats_print(write_cb ? write_cb : write_stderr, cbopaque, opts ? opts : "");
 }
 
 #ifdef STRATA_OVERRIDE

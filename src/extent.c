@@ -143,6 +143,8 @@ static void eset_insert(eset_t *es, edata_t *e) {
   ph_insert(&es->heaps[b], &e->ph);
   es->nonempty[b / 64] |= (uint64_t)1 << (b % 64);
   es->npages += np;
+  es->nextents[b]++;
+  es->bpages[b] += np;
 }
 
 static void eset_remove(eset_t *es, edata_t *e) {
@@ -151,6 +153,8 @@ static void eset_remove(eset_t *es, edata_t *e) {
   ph_remove(&es->heaps[b], &e->ph);
   if (es->heaps[b] == NULL) es->nonempty[b / 64] &= ~((uint64_t)1 << (b % 64));
   es->npages -= e->size / os_page;
+  es->nextents[b]--;
+  es->bpages[b] -= e->size / os_page;
 }
 
 static edata_t *eset_fit(eset_t *es, size_t np) {
@@ -380,6 +384,7 @@ void extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size) {
 
 size_t extent_purge(arena_t *a, size_t target_pages) {
   size_t purged = 0;
+  if (a->dirty.npages > target_pages && a->lru_head != NULL) a->npurge_passes++;
   while (a->dirty.npages > target_pages && a->lru_head != NULL) {
     /* Take a batch out of the dirty set (oldest first), purge it without the lock. */
     edata_t *batch = NULL;
@@ -393,6 +398,7 @@ size_t extent_purge(arena_t *a, size_t target_pages) {
       batch = e;
       n++;
     }
+    a->nmadvise += n;
     mtx_unlock(&a->elock);
     for (edata_t *e = batch; e; e = e->lru_next) {
       if (opt.retain) {

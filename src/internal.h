@@ -161,6 +161,7 @@ HIDDEN size_t sz_sa2u(size_t size, size_t align);
 #define PSZ_N 160
 HIDDEN unsigned psz_floor(size_t npages);
 HIDDEN unsigned psz_ceil(size_t npages);
+HIDDEN size_t psz_pages(unsigned idx); /* smallest page count of bucket idx */
 
 /* ------------------------------------------------------------------ extent.c */
 /* A pairing heap keyed by address: lowest address first, O(1) insert. */
@@ -196,6 +197,8 @@ typedef struct {
   ph_node_t *heaps[PSZ_N];
   uint64_t nonempty[(PSZ_N + 63) / 64];
   size_t npages;
+  uint32_t nextents[PSZ_N]; /* stats: extents per bucket (elock) */
+  size_t bpages[PSZ_N];     /* stats: pages per bucket (elock) */
 } eset_t;
 
 typedef struct arena_s arena_t;
@@ -233,6 +236,9 @@ typedef struct {
   size_t curregs;       /* regions handed out (to threads or caches) */
   size_t curslabs;
   uint64_t nmalloc, ndalloc, nfills, nflushes;
+  /* stats (issue 7): kept under the bin lock on the slab paths only */
+  uint64_t nslabs, nreslabs; /* slabs created; times the current slab changed */
+  size_t nonfull_slabs;      /* slabs in the nonfull heap */
 } __attribute__((aligned(CACHELINE))) bin_t;
 HIDDEN unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n);
 /* Up to n regions linked into a NULL-terminated list, lowest address first. */
@@ -278,6 +284,10 @@ struct arena_s {
   size_t decay_nunpurged;   /* dirty pages after the last step */
   size_t decay_backlog[100]; /* pages newly dirtied per step, newest first (DECAY_STEPS) */
   bin_t bins[SZ_NSMALL + 1];
+  /* stats (issue 7), under elock: per large class, purge passes and madvise calls */
+  uint64_t lext_nmalloc[SZ_NCLASSES - SZ_NSMALL], lext_ndalloc[SZ_NCLASSES - SZ_NSMALL];
+  uint64_t npurge_passes, nmadvise;
+  uint64_t created_ns; /* uptime origin */
 };
 HIDDEN extern arena_t **arenas;   /* [narenas + 1]; the last is the oversize arena */
 HIDDEN extern unsigned narenas;   /* ordinary arenas */
@@ -358,6 +368,12 @@ typedef struct {
   bool abort_conf;
   bool confirm_conf;
   int64_t dirty_decay_ms;    /* -1: never purge by age; 0: purge at once */
+  /* statistics output (issue 7) */
+  bool stats_print;          /* malloc_stats_print at exit */
+  char stats_print_opts[32];
+  char stats_file[256];      /* OpenMetrics textfile; %p is the pid */
+  uint64_t stats_interval_ms; /* rewrite period of stats_file */
+  bool stats_metrics_detail; /* per-arena and per-size-class series */
 } opt_t;
 HIDDEN extern opt_t opt;
 HIDDEN void conf_init(void);
@@ -373,7 +389,13 @@ HIDDEN extern pthread_key_t tsd_key;
 HIDDEN extern bool tsd_key_ready;
 HIDDEN extern uint64_t ctl_epoch;
 
-/* ------------------------------------------------------------------ stats (ctl.c) */
+/* ------------------------------------------------------------------ introspection (ctl.c) */
+/* The mallctl handler type: numeric name components (the <i> of arena.<i>.purge) are in
+ * mib at their position. Other modules' handlers plug into ctl.c's table as rows. */
+typedef int ctl_handler_t(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                          size_t newlen);
+HIDDEN void tcache_set_enabled(tsd_t *tsd, bool on); /* thread.tcache.enabled */
+
 typedef struct {
   size_t allocated, active, metadata, resident, mapped, retained, dirty;
   size_t small_allocated, large_allocated;

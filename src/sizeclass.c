@@ -75,7 +75,7 @@ void sz_init(void) {
 }
 
 /* Page-count buckets: 1, 2, 3, 4, then 4 per doubling (5..8, 10..16, 20..32, ...). */
-static size_t psz_class(unsigned idx) {
+size_t psz_pages(unsigned idx) {
   if (idx < 4) return idx + 1;
   unsigned lg = 2 + (idx - 4) / 4, k = (idx - 4) % 4 + 1;
   return ((size_t)1 << lg) + (size_t)k * ((size_t)1 << (lg - 2));
@@ -92,6 +92,6 @@ unsigned psz_ceil(size_t n) {
 
 unsigned psz_floor(size_t n) {
   unsigned c = psz_ceil(n);
-  if (psz_class(c) > n && c > 0) c--;
+  if (psz_pages(c) > n && c > 0) c--;
   return c;
 }

@@ -42,6 +42,7 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   s->nfree = bi->nregs;
   s->bm_hint = 0;
   bin->curslabs++;
+  bin->nslabs++;
   return s;
 }
 
@@ -63,6 +64,7 @@ static edata_t *bin_next_slab(arena_t *a, bin_t *bin, szind_t ind) {
   if (bin->nonfull) {
     s = ph_edata(bin->nonfull);
     ph_remove(&bin->nonfull, bin->nonfull);
+    bin->nonfull_slabs--;
   } else if (bin->spare) {
     s = bin->spare;
     bin->spare = NULL;
@@ -70,6 +72,7 @@ static edata_t *bin_next_slab(arena_t *a, bin_t *bin, szind_t ind) {
     s = slab_new(a, bin, ind);
   }
   bin->cur = s;
+  bin->nreslabs++;
   return s;
 }
 
@@ -151,7 +154,10 @@ unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n) {
 static void slab_note_free(arena_t *a, bin_t *bin, const bin_info_t *bi, edata_t *s, uint32_t before) {
   if (s == bin->cur) return;
   if (s->nfree == bi->nregs) {
-    if (before > 0) ph_remove(&bin->nonfull, &s->ph);
+    if (before > 0) {
+      ph_remove(&bin->nonfull, &s->ph);
+      bin->nonfull_slabs--;
+    }
     if (bin->spare == NULL) {
       bin->spare = s;
     } else {
@@ -159,6 +165,7 @@ static void slab_note_free(arena_t *a, bin_t *bin, const bin_info_t *bi, edata_t
     }
   } else if (before == 0) {
     ph_insert(&bin->nonfull, &s->ph);
+    bin->nonfull_slabs++;
   }
 }
 

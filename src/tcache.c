@@ -230,6 +230,21 @@ void tcache_flush_all(tcache_t *tc) {
   for (szind_t i = 1; i < tcache_nbins; i++) tcache_flush_bin(tc, i, 0);
 }
 
+/* Unlist a flushed cache and keep it for the next thread. */
+static void tcache_retire(tcache_t *tc) {
+  mtx_lock(&tcache_list_lock);
+  if (tc->prev) {
+    tc->prev->next = tc->next;
+  } else {
+    tcache_list = tc->next;
+  }
+  if (tc->next) tc->next->prev = tc->prev;
+  tc->next = tcache_pool;
+  tc->prev = NULL;
+  tcache_pool = tc;
+  mtx_unlock(&tcache_list_lock);
+}
+
 void tcache_thread_exit(void *arg) {
   tcache_t *tc = arg;
   tsd_t *tsd = &strata_tsd;
@@ -244,15 +259,27 @@ void tcache_thread_exit(void *arg) {
   tcache_flush_all(tc);
   /* The arena is free for the next thread (later destructors still use it). */
   arena_unbind(tsd->arena);
-  mtx_lock(&tcache_list_lock);
-  if (tc->prev) {
-    tc->prev->next = tc->next;
-  } else {
-    tcache_list = tc->next;
+  tcache_retire(tc);
+}
+
+/* thread.tcache.enabled: off flushes the cache and serves the thread from its arena
+ * (its counts folded into the thread's totals); on lets the next slow path make one. */
+void tcache_set_enabled(tsd_t *tsd, bool on) {
+  if (on) {
+    if (tsd->state == TSD_NOCACHE) tsd->state = TSD_NOMINAL;
+    return;
   }
-  if (tc->next) tc->next->prev = tc->prev;
-  tc->next = tcache_pool;
-  tc->prev = NULL;
-  tcache_pool = tc;
-  mtx_unlock(&tcache_list_lock);
+  if (tsd->state == TSD_ACTIVE) {
+    tcache_t *tc = tsd->tcache;
+    uint64_t al, de;
+    tcache_counts(tsd, &al, &de);
+    tsd->allocated = al;
+    tsd->deallocated = de;
+    tsd->tcache = &tcache_empty;
+    tsd->state = TSD_NOCACHE;
+    tcache_flush_all(tc);
+    tcache_retire(tc);
+  } else if (tsd->state == TSD_NOMINAL) {
+    tsd->state = TSD_NOCACHE;
+  }
 }

@@ -1,0 +1,294 @@
+/*
+ * metrics.c - statistics for Prometheus: the OpenMetrics text format (malloc_stats_print
+ * letter "P") and the Prometheus text format a node_exporter textfile collector reads
+ * ("T"), generated from ctl.c's table: every stats.* leaf and every scalar
+ * stats.arenas.<i>.* leaf is a family; per-arena and per-size-class series (bounded:
+ * arenas in use, 36 small classes, large classes in use) only with "D" or
+ * stats_metrics_detail:true. Also the textfile exporter (stats_file, stats_interval_ms):
+ * its own thread, started from a constructor (never inside malloc), rewrites the file
+ * atomically (temporary name, then rename) with raw syscalls and no malloc.
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctl.h"
+
+typedef struct {
+  out_t *o;
+  bool om;     /* OpenMetrics; else Prometheus text 0.0.4 */
+  bool detail;
+} mw_t;
+
+/* "# TYPE"/"# UNIT"/"# HELP" lines of a family; name has no _total. */
+static void family(mw_t *w, const char *name, bool counter, bool bytes, const char *help) {
+  out_t *o = w->o;
+  out_str(o, "# TYPE ");
+  out_str(o, name);
+  if (counter && !w->om) out_str(o, "_total");
+  out_str(o, counter ? " counter\n" : " gauge\n");
+  if (bytes && w->om) {
+    out_str(o, "# UNIT ");
+    out_str(o, name);
+    out_str(o, " bytes\n");
+  }
+  out_str(o, "# HELP ");
+  out_str(o, name);
+  if (counter && !w->om) out_str(o, "_total");
+  out_str(o, " ");
+  out_str(o, help);
+  out_str(o, "\n");
+}
+
+static void sample(mw_t *w, const char *name, bool counter, const char *lk, const char *lv, uint64_t v) {
+  out_t *o = w->o;
+  out_str(o, name);
+  if (counter) out_str(o, "_total");
+  if (lk) {
+    out_str(o, "{");
+    out_str(o, lk);
+    out_str(o, "=\"");
+    out_str(o, lv);
+    out_str(o, "\"}");
+  }
+  out_str(o, " ");
+  out_u64(o, v);
+  out_str(o, "\n");
+}
+
+/* name = prefix + leaf name (+ "_bytes" for pages and byte units, converted). */
+static void metric_name(char *buf, size_t cap, const char *prefix, const char *sub, const ctl_node_t *leaf) {
+  size_t n = 0;
+  const char *parts[4] = {prefix, sub ? sub : "", sub ? "_" : "", leaf->name};
+  for (int i = 0; i < 4; i++)
+    for (const char *p = parts[i]; *p && n + 8 < cap; p++) buf[n++] = *p;
+  buf[n] = '\0';
+  size_t l = strlen(leaf->name);
+  bool has = l >= 6 && !strcmp(leaf->name + l - 6, "_bytes");
+  if ((leaf->flags & (F_BYTES | F_PAGES)) && !has) strcat(buf, "_bytes");
+}
+
+static bool metric_leaf(const ctl_node_t *c) {
+  return c->type != CT_NONE && c->type != CT_STR && c->type != CT_VOID && c->type != CT_BOOL &&
+         !(c->flags & F_NOPRINT);
+}
+
+static uint64_t scaled(const ctl_node_t *c, uint64_t v) { return (c->flags & F_PAGES) ? v * os_page : v; }
+
+/* Families of the scalar leaves under node n (stats.arenas.<i> or one of its children). */
+static void arena_families(mw_t *w, const ctl_node_t *n, size_t *mib, size_t depth, size_t ipos,
+                           const char *sub) {
+  for (size_t k = 0; n->kids[k].name; k++) {
+    const ctl_node_t *c = &n->kids[k];
+    mib[depth] = k;
+    if (c->kids && c->type == CT_NONE) {
+      arena_families(w, c, mib, depth + 1, ipos, c->name);
+      continue;
+    }
+    if (!metric_leaf(c) || c->type == CT_SSIZE) continue;
+    char name[96];
+    metric_name(name, sizeof(name), "strata_arena_", sub, c);
+    bool counter = c->flags & F_COUNTER;
+    family(w, name, counter, c->flags & (F_BYTES | F_PAGES), c->help);
+    ctl_value_t v;
+    if (!w->detail) {
+      mib[ipos] = CTL_ARENAS_ALL;
+      if (ctl_value(c, mib, depth + 1, &v) == 0) sample(w, name, counter, NULL, NULL, scaled(c, v.u));
+      continue;
+    }
+    for (size_t i = 0; i < ctl_narenas_total(); i++) {
+      if (!ctl_arena_present(i)) continue;
+      char lv[24];
+      mib[ipos] = i;
+      if (ctl_value(c, mib, depth + 1, &v) == 0) sample(w, name, counter, "arena", fmt_u64(lv, i), scaled(c, v.u));
+    }
+  }
+}
+
+/* Per size class (merged over arenas): bins.<j> and lextents.<j> leaves, label size. */
+static void class_families(mw_t *w, const ctl_node_t *ix, size_t *mib, size_t depth, const char *prefix,
+                           size_t class_base) {
+  const ctl_node_t *row = ix->ikid;
+  for (size_t k = 0; row->kids[k].name; k++) {
+    const ctl_node_t *c = &row->kids[k];
+    if (!metric_leaf(c)) continue;
+    char name[96];
+    metric_name(name, sizeof(name), prefix, NULL, c);
+    bool counter = c->flags & F_COUNTER;
+    family(w, name, counter, c->flags & F_BYTES, c->help);
+    for (size_t i = 0; i < ix->index->count(); i++) {
+      ctl_value_t v, nm;
+      mib[depth] = i;
+      mib[depth + 1] = 0; /* nmalloc: classes never used are left out */
+      if (ctl_value(&row->kids[0], mib, depth + 2, &nm) || nm.u == 0) continue;
+      mib[depth + 1] = k;
+      char lv[24];
+      if (ctl_value(c, mib, depth + 2, &v) == 0)
+        sample(w, name, counter, "size", fmt_u64(lv, sz_size[class_base + i]), v.u);
+    }
+  }
+}
+
+/* A ratio with 4 decimals, without floating-point formatting. */
+static void ratio(mw_t *w, const char *name, const char *help, uint64_t num, uint64_t den) {
+  family(w, name, false, false, help);
+  out_str(w->o, name);
+  out_str(w->o, " ");
+  if (den == 0) {
+    out_str(w->o, "0\n");
+    return;
+  }
+  uint64_t x = (uint64_t)((__uint128_t)num * 10000 / den);
+  char b[24];
+  out_u64(w->o, x / 10000);
+  out_str(w->o, ".");
+  fmt_u64(b, x % 10000 + 10000);
+  out_str(w->o, b + 1);
+  out_str(w->o, "\n");
+}
+
+void metrics_write(ctl_write_cb *cb, void *opaque, const char *opts) {
+  out_t o;
+  mw_t w = {&o, strchr(opts, 'T') == NULL, strchr(opts, 'D') != NULL || opt.stats_metrics_detail};
+  uint64_t e = 1;
+  size_t len = sizeof(e);
+  strata_mallctl("epoch", &e, &len, &e, sizeof(e)); /* users forget it: fresh figures */
+  out_init(&o, cb, opaque);
+  size_t mib[CTL_MAX_DEPTH];
+  const ctl_node_t *root = &ctl_root, *stats = NULL, *sa = NULL;
+  for (size_t k = 0; root->kids[k].name; k++) {
+    if (!strcmp(root->kids[k].name, "stats")) stats = &root->kids[k], mib[0] = k;
+  }
+  uint64_t allocated = 0, active = 0, resident = 0;
+  for (size_t k = 0; stats && stats->kids[k].name; k++) {
+    const ctl_node_t *c = &stats->kids[k];
+    mib[1] = k;
+    if (c->ikid) {
+      sa = c;
+      continue;
+    }
+    if (!metric_leaf(c)) continue;
+    char name[96];
+    metric_name(name, sizeof(name), "strata_", NULL, c);
+    family(&w, name, c->flags & F_COUNTER, c->flags & F_BYTES, c->help);
+    ctl_value_t v;
+    if (ctl_value(c, mib, 2, &v)) continue;
+    sample(&w, name, c->flags & F_COUNTER, NULL, NULL, v.u);
+    if (!strcmp(c->name, "allocated")) allocated = v.u;
+    if (!strcmp(c->name, "active")) active = v.u;
+    if (!strcmp(c->name, "resident")) resident = v.u;
+  }
+  ratio(&w, "strata_fragmentation_active_ratio", "active / allocated bytes (page-level fragmentation)", active,
+        allocated);
+  ratio(&w, "strata_fragmentation_resident_ratio", "resident / allocated bytes (what the OS sees)", resident,
+        allocated);
+  if (sa) {
+    for (size_t k = 0; stats->kids[k].name; k++) {
+      if (&stats->kids[k] == sa) mib[1] = k;
+    }
+    arena_families(&w, sa->ikid, mib, 3, 2, NULL);
+    if (w.detail) {
+      mib[2] = CTL_ARENAS_ALL;
+      for (size_t k = 0; sa->ikid->kids[k].name; k++) {
+        const ctl_node_t *c = &sa->ikid->kids[k];
+        mib[3] = k;
+        if (!strcmp(c->name, "bins")) class_families(&w, c, mib, 4, "strata_bin_", 1);
+        if (!strcmp(c->name, "lextents")) class_families(&w, c, mib, 4, "strata_lextent_", SZ_NSMALL + 1);
+      }
+    }
+  }
+  if (w.om) out_str(&o, "# EOF\n");
+  out_flush(&o);
+}
+
+/* ---------------------------------------------------------------- textfile exporter */
+static pid_t exporter_pid; /* the process that asked: a forked child does not write */
+static char exporter_path[300], exporter_tmp[320];
+
+static void fd_write_cb(void *opaque, const char *s) {
+  int fd = *(int *)opaque;
+  size_t n = strlen(s);
+  while (n > 0) {
+    ssize_t r = syscall(SYS_write, fd, s, n);
+    if (r <= 0) return;
+    s += r;
+    n -= (size_t)r;
+  }
+}
+
+/* Expands %p to the pid; false if it does not fit. */
+static bool expand_path(char *out, size_t cap, const char *tmpl, pid_t pid, const char *suffix) {
+  size_t n = 0;
+  char num[24];
+  for (const char *p = tmpl; *p; p++) {
+    const char *ins = NULL;
+    char one[2] = {*p, 0};
+    if (p[0] == '%' && p[1] == 'p') {
+      ins = fmt_u64(num, (uint64_t)pid);
+      p++;
+    } else {
+      ins = one;
+    }
+    for (; *ins; ins++) {
+      if (n + 1 >= cap) return false;
+      out[n++] = *ins;
+    }
+  }
+  for (; suffix && *suffix; suffix++) {
+    if (n + 1 >= cap) return false;
+    out[n++] = *suffix;
+  }
+  out[n] = '\0';
+  return true;
+}
+
+static void exporter_write(void) {
+  if ((pid_t)syscall(SYS_getpid) != exporter_pid) return;
+  int fd = (int)syscall(SYS_openat, AT_FDCWD, exporter_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  metrics_write(fd_write_cb, &fd, "T");
+  syscall(SYS_close, fd);
+  syscall(SYS_rename, exporter_tmp, exporter_path);
+}
+
+static void *exporter_main(void *arg) {
+  (void)arg;
+  for (;;) {
+    exporter_write();
+    struct timespec ts = {(time_t)(opt.stats_interval_ms / 1000), (long)(opt.stats_interval_ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+  }
+  return NULL;
+}
+
+static void stats_atexit(void) {
+  if (opt.stats_file[0]) exporter_write(); /* the final figures */
+  if (opt.stats_print) strata_malloc_stats_print(NULL, NULL, opt.stats_print_opts);
+}
+
+__attribute__((constructor)) static void metrics_boot(void) {
+  if (tsd_fetch() == NULL) return;
+  if (!opt.stats_print && !opt.stats_file[0]) return;
+  atexit(stats_atexit);
+  if (!opt.stats_file[0]) return;
+  exporter_pid = (pid_t)syscall(SYS_getpid);
+  if (!expand_path(exporter_path, sizeof(exporter_path), opt.stats_file, exporter_pid, NULL) ||
+      !expand_path(exporter_tmp, sizeof(exporter_tmp), opt.stats_file, exporter_pid, ".tmp")) {
+    msg_write("<strata>: stats_file: path too long after expanding %p; no statistics file\n");
+    exporter_pid = 0;
+    return;
+  }
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &attr, exporter_main, NULL) != 0) {
+    msg_write("<strata>: stats_file: cannot start the exporter thread; written at exit only\n");
+  }
+  pthread_attr_destroy(&attr);
+}
