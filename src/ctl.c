@@ -10,14 +10,66 @@
 #include <errno.h>
 #include <stddef.h>
 #include <string.h>
+#include <time.h>
 
 #include "ctl.h"
+
+/* ---------------------------------------------------------------- mutex profiling */
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Contended acquisition: count and time the wait (the owner-side counts follow in
+ * mtx_lock, under the lock). */
+void mtx_lock_slow(mtx_t *m) {
+  uint32_t waiting = __atomic_add_fetch(&m->n_waiting, 1, __ATOMIC_RELAXED);
+  uint64_t t0 = now_ns();
+  pthread_mutex_lock(&m->m);
+  uint64_t w = now_ns() - t0;
+  __atomic_sub_fetch(&m->n_waiting, 1, __ATOMIC_RELAXED);
+  m->n_wait++;
+  m->total_wait_ns += w;
+  if (w > m->max_wait_ns) m->max_wait_ns = w;
+  if (waiting > m->max_n_thds) m->max_n_thds = waiting;
+}
+
+/* Lock held by the caller. */
+static void mutex_read(const mtx_t *m, ctl_mutex_stats_t *o) {
+  *o = (ctl_mutex_stats_t){.num_ops = m->n_lock_ops,
+                           .num_wait = m->n_wait,
+                           .num_owner_switch = m->n_owner_switch,
+                           .total_wait_time = m->total_wait_ns,
+                           .max_wait_time = m->max_wait_ns,
+                           .max_num_thds = m->max_n_thds};
+}
+
+static void mutex_add(ctl_mutex_stats_t *a, const ctl_mutex_stats_t *b) {
+  a->num_ops += b->num_ops;
+  a->num_wait += b->num_wait;
+  a->num_owner_switch += b->num_owner_switch;
+  a->total_wait_time += b->total_wait_time;
+  if (a->max_wait_time < b->max_wait_time) a->max_wait_time = b->max_wait_time;
+  if (a->max_num_thds < b->max_num_thds) a->max_num_thds = b->max_num_thds;
+}
+
+static void mutex_reset(mtx_t *m) {
+  pthread_mutex_lock(&m->m);
+  m->n_lock_ops = m->n_wait = m->n_owner_switch = m->total_wait_ns = m->max_wait_ns = 0;
+  m->max_n_thds = 0;
+  pthread_mutex_unlock(&m->m);
+}
 
 /* ---------------------------------------------------------------- snapshot */
 static mtx_t ctl_lock = MTX_INITIALIZER; /* guards the snapshot; taken before any arena lock */
 static ctl_global_stats_t snap_global;
 static ctl_arena_stats_t snap_merged, snap_destroyed;
 static ctl_arena_stats_t **snap_arenas; /* [narenas + 1], from meta_alloc as arenas appear */
+/* stats.mutexes.<name>, in the order of the table's rows */
+enum { GM_CTL, GM_ARENAS, GM_TCACHE_LIST, GM_BASE, GM_RTREE, GM_N };
+static ctl_mutex_stats_t snap_gmutex[GM_N];
+static mtx_t *const gmutex[GM_N] = {&ctl_lock, &arenas_lock, &tcache_list_lock, &meta_lock, &rtree_lock};
 
 size_t ctl_narenas_total(void) { return (size_t)narenas + 1; }
 
@@ -72,6 +124,7 @@ static void snap_read_arena(arena_t *a, ctl_arena_stats_t *s) {
     o->curregs = bin->curregs - bin->remote_count; /* remote chains are free regions */
     o->curslabs = bin->curslabs;
     o->nonfull_slabs = bin->nonfull_slabs;
+    mutex_read(&bin->lock, &o->mutex);
     mtx_unlock(&bin->lock);
   }
   mtx_lock(&a->elock);
@@ -96,6 +149,7 @@ static void snap_read_arena(arena_t *a, ctl_arena_stats_t *s) {
     s->ext[j].nretained = a->retained.nextents[j];
     s->ext[j].retained_bytes = a->retained.bpages[j] * os_page;
   }
+  mutex_read(&a->elock, &s->mutexes[0]);
   mtx_unlock(&a->elock);
 }
 
@@ -135,7 +189,9 @@ static void snap_add(ctl_arena_stats_t *m, const ctl_arena_stats_t *s) {
     ADD(bins[b].nmalloc); ADD(bins[b].ndalloc); ADD(bins[b].nrequests); ADD(bins[b].nfills);
     ADD(bins[b].nflushes); ADD(bins[b].nslabs); ADD(bins[b].nreslabs); ADD(bins[b].curregs);
     ADD(bins[b].curslabs); ADD(bins[b].nonfull_slabs);
+    mutex_add(&m->bins[b].mutex, &s->bins[b].mutex);
   }
+  mutex_add(&m->mutexes[0], &s->mutexes[0]);
   for (unsigned j = 0; j < CTL_NLEXT; j++) {
     ADD(lext[j].nmalloc); ADD(lext[j].ndalloc);
   }
@@ -157,6 +213,11 @@ void ctl_refresh(void) {
     snap_read_arena(a, snap_arenas[i]);
   }
   snap_tcaches();
+  for (int g = 0; g < GM_N; g++) {
+    if (g != GM_CTL) mtx_lock(gmutex[g]);
+    mutex_read(gmutex[g], &snap_gmutex[g]);
+    if (g != GM_CTL) mtx_unlock(gmutex[g]);
+  }
   memset(&snap_merged, 0, sizeof(snap_merged));
   for (size_t i = 0; i < n; i++) {
     if (snap_arenas[i] == NULL || !snap_arenas[i]->initialized) continue;
@@ -259,12 +320,14 @@ static const void *leaf_addr(const ctl_node_t *n, const size_t *mib) {
   switch (n->src) {
   case S_CONST: return n->ptr;
   case S_GLOBAL: return (const char *)&snap_global + n->off;
+  case S_GMUTEX: return (const char *)&snap_gmutex[mib[2]] + n->off;
   case S_BININFO: return (const char *)&bin_info[mib[2] + 1] + n->off;
-  case S_ARENA: case S_BIN: case S_LEXT: case S_EXT:
+  case S_ARENA: case S_BIN: case S_LEXT: case S_EXT: case S_AMUTEX:
     if ((s = snap_arena(mib[2])) == NULL || !s->initialized) return NULL;
     if (n->src == S_ARENA) return (const char *)s + n->off;
     if (n->src == S_BIN) return (const char *)&s->bins[mib[4]] + n->off;
     if (n->src == S_LEXT) return (const char *)&s->lext[mib[4]] + n->off;
+    if (n->src == S_AMUTEX) return (const char *)&s->mutexes[mib[4]] + n->off;
     return (const char *)&s->ext[mib[4]] + n->off;
   }
   return NULL;
@@ -462,6 +525,21 @@ static int h_arenas_lookup(const size_t *mib, size_t miblen, void *oldp, size_t 
   RETURN_OUT(v);
 }
 
+/* stats.mutexes.reset: zero every mutex profile (each under its lock). */
+static int h_mutexes_reset(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                           size_t newlen) {
+  (void)mib, (void)miblen;
+  NEITHER_READ_NOR_WRITE();
+  for (int g = 0; g < GM_N; g++) mutex_reset(gmutex[g]);
+  for (size_t i = 0; i < ctl_narenas_total(); i++) {
+    arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
+    if (a == NULL) continue;
+    for (unsigned b = 1; b <= SZ_NSMALL; b++) mutex_reset(&a->bins[b].lock);
+    mutex_reset(&a->elock);
+  }
+  return 0;
+}
+
 /* ---------------------------------------------------------------- index checks */
 static int idx_any(const size_t *mib, size_t pos, size_t i) { return (void)mib, (void)pos, (void)i, 0; }
 static int idx_stats_arena(const size_t *mib, size_t pos, size_t i) {
@@ -494,6 +572,15 @@ static const ctl_index_t I_EXT = {idx_ext, cnt_ext};
 #define LEAF_B(nm, T, f, fl, hp) LEAF_S(nm, T, S_BIN, ctl_bin_stats_t, f, fl, hp)
 #define LEAF_L(nm, T, f, fl, hp) LEAF_S(nm, T, S_LEXT, ctl_lext_stats_t, f, fl, hp)
 #define LEAF_E(nm, T, f, fl, hp) LEAF_S(nm, T, S_EXT, ctl_ext_stats_t, f, fl, hp)
+/* jemalloc's seven mutex profile fields, for a record type and a source. */
+#define MUTEX_ROWS(S, rec, pre) \
+  LEAF_S("num_ops", CT_U64, S, rec, pre num_ops, F_COUNTER, "lock acquisitions"), \
+  LEAF_S("num_wait", CT_U64, S, rec, pre num_wait, F_COUNTER, "acquisitions that had to wait"), \
+  LEAF_S("num_spin_acq", CT_U64, S, rec, pre num_spin_acq, F_COUNTER, "acquisitions by spinning (strata does not spin)"), \
+  LEAF_S("num_owner_switch", CT_U64, S, rec, pre num_owner_switch, F_COUNTER, "acquisitions by another thread than the last"), \
+  LEAF_S("total_wait_time", CT_U64, S, rec, pre total_wait_time, F_COUNTER, "nanoseconds spent waiting"), \
+  LEAF_S("max_wait_time", CT_U64, S, rec, pre max_wait_time, 0, "longest wait in nanoseconds"), \
+  LEAF_S("max_num_thds", CT_U32, S, rec, pre max_num_thds, 0, "most threads waiting at once"), END
 #define C F_COUNTER
 #define B F_BYTES
 #define P F_PAGES
@@ -611,6 +698,16 @@ static const ctl_node_t n_class_large[] = {
     LEAF_A("nfills", CT_U64, large.nfills, C, "thread cache fills of large classes"),
     LEAF_A("nflushes", CT_U64, large.nflushes, C, "thread cache flushes of large classes"),
     END};
+static const ctl_node_t n_bin_mutex[] = {MUTEX_ROWS(S_BIN, ctl_bin_stats_t, mutex.)};
+static const ctl_node_t n_amutex_fields[] = {MUTEX_ROWS(S_AMUTEX, ctl_mutex_stats_t, )};
+static const ctl_node_t n_gmutex_fields[] = {MUTEX_ROWS(S_GMUTEX, ctl_mutex_stats_t, )};
+/* stats.arenas.<i>.mutexes.<name>: position = index in ctl_arena_stats_t.mutexes */
+static const ctl_node_t n_amutexes[] = {DIR("extents", n_amutex_fields), END};
+/* stats.mutexes.<name>: position = GM_* */
+static const ctl_node_t n_gmutexes[] = {
+    DIR("ctl", n_gmutex_fields), DIR("arenas", n_gmutex_fields), DIR("tcache_list", n_gmutex_fields),
+    DIR("base", n_gmutex_fields), DIR("rtree", n_gmutex_fields),
+    LEAF_H("reset", CT_VOID, h_mutexes_reset, F_NOPRINT, "zero every mutex profile"), END};
 static const ctl_node_t n_sbin_j_kids[] = {
     LEAF_B("nmalloc", CT_U64, nmalloc, C, "regions taken from the bin"),
     LEAF_B("ndalloc", CT_U64, ndalloc, C, "regions returned to the bin"),
@@ -622,6 +719,7 @@ static const ctl_node_t n_sbin_j_kids[] = {
     LEAF_B("nreslabs", CT_U64, nreslabs, C, "times the current slab changed"),
     LEAF_B("curslabs", CT_SIZE, curslabs, 0, "slabs"),
     LEAF_B("nonfull_slabs", CT_SIZE, nonfull_slabs, 0, "slabs neither full nor current"),
+    DIR("mutex", n_bin_mutex),
     END};
 static const ctl_node_t n_sbin_j = DIR("<j>", n_sbin_j_kids);
 static const ctl_node_t n_slext_j_kids[] = {
@@ -668,6 +766,7 @@ static const ctl_node_t n_sarena_i_kids[] = {
     LEAF_A("resident", CT_SIZE, resident, B, "resident bytes: active, dirty and metadata pages"),
     LEAF_A("abandoned_vm", CT_SIZE, abandoned_vm, B, "leaked address space (none)"),
     LEAF_A("extent_avail", CT_SIZE, extent_avail, 0, "spare extent structures"),
+    DIR("mutexes", n_amutexes),
     IDX("bins", I_BIN, n_sbin_j),
     IDX("lextents", I_LEXT, n_slext_j),
     IDX("extents", I_EXT, n_sext_j),
@@ -683,6 +782,7 @@ static const ctl_node_t n_stats[] = {
     LEAF_G("mapped", CT_SIZE, mapped, B, "bytes mapped, retained excluded"),
     LEAF_G("retained", CT_SIZE, retained, B, "bytes of address space kept without memory"),
     IDX("arenas", I_STATS_ARENA, n_sarena_i),
+    DIR("mutexes", n_gmutexes),
     END};
 
 static const ctl_node_t n_root[] = {

@@ -17,7 +17,7 @@
 /* Leaf value types, as jemalloc's manual gives them. */
 enum { CT_NONE, CT_BOOL, CT_UNSIGNED, CT_U32, CT_SIZE, CT_SSIZE, CT_U64, CT_STR, CT_VOID };
 /* Where a table leaf's value lives: a fixed address, or a field of a snapshot record. */
-enum { S_HANDLER, S_CONST, S_GLOBAL, S_ARENA, S_BIN, S_LEXT, S_EXT, S_BININFO, S_LEXTINFO };
+enum { S_HANDLER, S_CONST, S_GLOBAL, S_ARENA, S_BIN, S_LEXT, S_EXT, S_BININFO, S_AMUTEX, S_GMUTEX };
 /* Flags: how printers treat a leaf. */
 #define F_COUNTER 1u /* monotonic: an OpenMetrics counter (_total) */
 #define F_BYTES 2u   /* unit bytes */
@@ -46,8 +46,13 @@ struct ctl_node_s {
 
 /* The statistics snapshot, refreshed by writing "epoch". */
 typedef struct {
+  uint64_t num_ops, num_wait, num_spin_acq, num_owner_switch, total_wait_time, max_wait_time;
+  uint32_t max_num_thds;
+} ctl_mutex_stats_t;
+typedef struct {
   uint64_t nmalloc, ndalloc, nrequests, nfills, nflushes, nslabs, nreslabs;
   size_t curregs, curslabs, nonfull_slabs;
+  ctl_mutex_stats_t mutex;
 } ctl_bin_stats_t;
 typedef struct {
   uint64_t nmalloc, ndalloc, nrequests;
@@ -69,6 +74,7 @@ typedef struct {
       tcache_stashed_bytes, resident, abandoned_vm, extent_avail;
   uint64_t dirty_npurge, dirty_nmadvise, dirty_purged, muzzy_npurge, muzzy_nmadvise, muzzy_purged;
   ctl_class_stats_t small, large;
+  ctl_mutex_stats_t mutexes[1]; /* extents: the arena's elock */
   ctl_bin_stats_t bins[SZ_NSMALL];
   ctl_lext_stats_t lext[CTL_NLEXT];
   ctl_ext_stats_t ext[PSZ_N];

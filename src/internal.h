@@ -52,13 +52,32 @@ HIDDEN int os_read_file(const char *path, char *buf, size_t cap); /* bytes read,
 HIDDEN pid_t os_gettid(void);
 
 /* ------------------------------------------------------------------ locks */
-/* pthread mutexes: they never allocate, TSan understands them, fork reinitialises them. */
+/* pthread mutexes: they never allocate, TSan understands them, fork reinitialises them.
+ * Each keeps jemalloc's mutex profile (stats.mutexes.*): counts updated by the owner
+ * while it holds the lock; a contended acquisition (trylock failed) is timed in
+ * mtx_lock_slow (ctl.c). The uncontended cost is the trylock and two owner-side stores. */
 typedef struct {
   pthread_mutex_t m;
+  uint64_t n_lock_ops, n_wait, n_owner_switch, total_wait_ns, max_wait_ns;
+  uint32_t n_waiting; /* atomic: threads blocked now */
+  uint32_t max_n_thds;
+  void *prev_owner;   /* thread pointer of the last owner */
 } mtx_t;
-#define MTX_INITIALIZER {PTHREAD_MUTEX_INITIALIZER}
-static inline void mtx_init(mtx_t *m) { pthread_mutex_init(&m->m, NULL); }
-static inline void mtx_lock(mtx_t *m) { pthread_mutex_lock(&m->m); }
+#define MTX_INITIALIZER {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0, 0, 0, NULL}
+HIDDEN void mtx_lock_slow(mtx_t *m);
+static inline void mtx_init(mtx_t *m) {
+  pthread_mutex_init(&m->m, NULL);
+  m->n_waiting = 0;
+}
+static inline void mtx_lock(mtx_t *m) {
+  if (unlikely(pthread_mutex_trylock(&m->m) != 0)) mtx_lock_slow(m);
+  m->n_lock_ops++;
+  void *self = __builtin_thread_pointer();
+  if (m->prev_owner != self) {
+    m->prev_owner = self;
+    m->n_owner_switch++;
+  }
+}
 static inline void mtx_unlock(mtx_t *m) { pthread_mutex_unlock(&m->m); }
 
 /* ------------------------------------------------------------------ meta.c */

@@ -79,14 +79,21 @@ static bool metric_leaf(const ctl_node_t *c) {
 
 static uint64_t scaled(const ctl_node_t *c, uint64_t v) { return (c->flags & F_PAGES) ? v * os_page : v; }
 
-/* Families of the scalar leaves under node n (stats.arenas.<i> or one of its children). */
+/* Families of the scalar leaves under node n (stats.arenas.<i> or one of its children),
+ * named strata_arena_<path>. */
 static void arena_families(mw_t *w, const ctl_node_t *n, size_t *mib, size_t depth, size_t ipos,
                            const char *sub) {
   for (size_t k = 0; n->kids[k].name; k++) {
     const ctl_node_t *c = &n->kids[k];
     mib[depth] = k;
     if (c->kids && c->type == CT_NONE) {
-      arena_families(w, c, mib, depth + 1, ipos, c->name);
+      char path[64] = "";
+      if (sub) {
+        strcat(path, sub);
+        strcat(path, "_");
+      }
+      if (strlen(path) + strlen(c->name) < sizeof(path)) strcat(path, c->name);
+      arena_families(w, c, mib, depth + 1, ipos, path);
       continue;
     }
     if (!metric_leaf(c) || c->type == CT_SSIZE) continue;
@@ -105,6 +112,25 @@ static void arena_families(mw_t *w, const ctl_node_t *n, size_t *mib, size_t dep
       char lv[24];
       mib[ipos] = i;
       if (ctl_value(c, mib, depth + 1, &v) == 0) sample(w, name, counter, "arena", fmt_u64(lv, i), scaled(c, v.u));
+    }
+  }
+}
+
+/* stats.mutexes.<name>.<field>: strata_mutex_<field>{mutex="<name>"}. */
+static void mutex_families(mw_t *w, const ctl_node_t *n, size_t *mib) {
+  const ctl_node_t *first = n->kids[0].kids ? &n->kids[0] : NULL;
+  for (size_t f = 0; first && first->kids[f].name; f++) {
+    const ctl_node_t *c = &first->kids[f];
+    char name[96];
+    metric_name(name, sizeof(name), "strata_mutex_", NULL, c);
+    bool counter = c->flags & F_COUNTER;
+    family(w, name, counter, false, c->help);
+    for (size_t k = 0; n->kids[k].name; k++) {
+      ctl_value_t v;
+      if (!n->kids[k].kids) continue;
+      mib[2] = k;
+      mib[3] = f;
+      if (ctl_value(&n->kids[k].kids[f], mib, 4, &v) == 0) sample(w, name, counter, "mutex", n->kids[k].name, v.u);
     }
   }
 }
@@ -169,6 +195,10 @@ void metrics_write(ctl_write_cb *cb, void *opaque, const char *opts) {
     mib[1] = k;
     if (c->ikid) {
       sa = c;
+      continue;
+    }
+    if (c->kids) {
+      mutex_families(&w, c, mib);
       continue;
     }
     if (!metric_leaf(c)) continue;

@@ -112,7 +112,8 @@ static bool opt_has(const char *opts, char c) { return strchr(opts, c) != NULL; 
 static bool omitted(const char *name, const char *opts) {
   return (opt_has(opts, 'b') && (!strcmp(name, "bins") || !strcmp(name, "bin"))) ||
          (opt_has(opts, 'l') && (!strcmp(name, "lextents") || !strcmp(name, "lextent"))) ||
-         (opt_has(opts, 'e') && !strcmp(name, "extents"));
+         (opt_has(opts, 'e') && !strcmp(name, "extents")) ||
+         (opt_has(opts, 'x') && (!strcmp(name, "mutexes") || !strcmp(name, "mutex")));
 }
 
 /* ---------------------------------------------------------------- JSON */
@@ -276,7 +277,9 @@ static void text_table(out_t *o, const char *title, const ctl_node_t *ix, size_t
   out_col(o, title, -10);
   out_col(o, "size", 10);
   out_col(o, "ind", 4);
-  for (size_t k = 0; row->kids[k].name; k++) out_col(o, row->kids[k].name, 15);
+  for (size_t k = 0; row->kids[k].name; k++) {
+    if (is_leaf(&row->kids[k])) out_col(o, row->kids[k].name, 15);
+  }
   out_str(o, "\n");
   bool gap = false;
   for (size_t i = 0; i < ix->index->count(); i++) {
@@ -293,9 +296,33 @@ static void text_table(out_t *o, const char *title, const ctl_node_t *ix, size_t
     out_colu(o, class_base ? class_base + i - 1 : i, 4);
     for (size_t k = 0; row->kids[k].name; k++) {
       ctl_value_t v;
+      if (!is_leaf(&row->kids[k])) continue;
       mib[depth + 1] = k;
       if (ctl_value(&row->kids[k], mib, depth + 2, &v)) v.u = 0;
       out_colu(o, v.u, 15);
+    }
+    out_str(o, "\n");
+  }
+}
+
+/* A mutex table: a row per named mutex under n (at mib[0..depth-1]), a column per field. */
+static void text_mutexes(out_t *o, const ctl_node_t *n, size_t *mib, size_t depth) {
+  const ctl_node_t *first = NULL;
+  for (size_t k = 0; n->kids[k].name && !first; k++) first = n->kids[k].kids ? &n->kids[k] : NULL;
+  if (first == NULL) return;
+  out_col(o, "", -20);
+  for (size_t f = 0; first->kids[f].name; f++) out_col(o, first->kids[f].name, 17);
+  out_str(o, "\n");
+  for (size_t k = 0; n->kids[k].name; k++) {
+    const ctl_node_t *m = &n->kids[k];
+    if (!m->kids) continue;
+    mib[depth] = k;
+    out_col(o, m->name, -20);
+    for (size_t f = 0; m->kids[f].name; f++) {
+      ctl_value_t v;
+      mib[depth + 1] = f;
+      if (ctl_value(&m->kids[f], mib, depth + 2, &v)) v.u = 0;
+      out_colu(o, v.u, 17);
     }
     out_str(o, "\n");
   }
@@ -365,6 +392,10 @@ static void text_arena(out_t *o, const char *title, size_t i, const char *opts) 
   }
   size_t pos;
   const ctl_node_t *ix;
+  if (!opt_has(opts, 'x') && (ix = kid(a, "mutexes", &pos))) {
+    mib[depth] = pos;
+    text_mutexes(o, ix, mib, depth + 1);
+  }
   if (!opt_has(opts, 'b') && (ix = kid(a, "bins", &pos))) {
     mib[depth] = pos;
     text_table(o, "bins:", ix, mib, depth + 1, "nmalloc", 1);
@@ -425,6 +456,7 @@ static void text_print(out_t *o, const char *opts) {
   out_str(o, ", retained: ");
   out_u64(o, read_u("stats.retained"));
   out_str(o, "\n");
+  if (!opt_has(opts, 'x') && (n = path("stats.mutexes", mib, &depth)) != NULL) text_mutexes(o, n, mib, depth);
   bool merged = !opt_has(opts, 'm'), unmerged = !opt_has(opts, 'a');
   if (merged && (arenas_in_use() > 1 || !unmerged)) text_arena(o, "Merged arenas stats:", CTL_ARENAS_ALL, opts);
   for (size_t i = 0; unmerged && i < ctl_narenas_total(); i++) {
