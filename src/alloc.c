@@ -292,6 +292,7 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
 EXPORT void *strata_realloc(void *p, size_t size) {
   if (p == NULL) return strata_malloc(size);
   if (size == 0) { /* glibc: frees and returns NULL */
+    __atomic_fetch_add(&stats_zero_reallocs, 1, __ATOMIC_RELAXED); /* stats.zero_reallocs */
     strata_free(p);
     return NULL;
   }

@@ -71,6 +71,8 @@ enum { GM_CTL, GM_ARENAS, GM_TCACHE_LIST, GM_BASE, GM_RTREE, GM_N };
 static ctl_mutex_stats_t snap_gmutex[GM_N];
 static mtx_t *const gmutex[GM_N] = {&ctl_lock, &arenas_lock, &tcache_list_lock, &meta_lock, &rtree_lock};
 
+uint64_t stats_zero_reallocs;
+
 size_t ctl_narenas_total(void) { return (size_t)narenas + 1; }
 
 static ctl_arena_stats_t *snap_arena(size_t i) {
@@ -239,6 +241,7 @@ void ctl_refresh(void) {
       .resident = snap_merged.resident,
       .mapped = snap_merged.mapped,
       .retained = snap_merged.retained,
+      .zero_reallocs = (size_t)__atomic_load_n(&stats_zero_reallocs, __ATOMIC_RELAXED),
   };
   ctl_epoch++;
 out:
@@ -781,6 +784,7 @@ static const ctl_node_t n_stats[] = {
     LEAF_G("resident", CT_SIZE, resident, B, "bytes in resident pages"),
     LEAF_G("mapped", CT_SIZE, mapped, B, "bytes mapped, retained excluded"),
     LEAF_G("retained", CT_SIZE, retained, B, "bytes of address space kept without memory"),
+    LEAF_G("zero_reallocs", CT_SIZE, zero_reallocs, C, "realloc(p, 0) calls"),
     IDX("arenas", I_STATS_ARENA, n_sarena_i),
     DIR("mutexes", n_gmutexes),
     END};

@@ -80,7 +80,7 @@ typedef struct {
   ctl_ext_stats_t ext[PSZ_N];
 } ctl_arena_stats_t;
 typedef struct {
-  size_t allocated, active, metadata, metadata_thp, resident, mapped, retained;
+  size_t allocated, active, metadata, metadata_thp, resident, mapped, retained, zero_reallocs;
 } ctl_global_stats_t;
 
 /* A value read from a leaf, for the printers. */

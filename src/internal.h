@@ -414,6 +414,7 @@ HIDDEN extern uint64_t ctl_epoch;
 typedef int ctl_handler_t(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
                           size_t newlen);
 HIDDEN void tcache_set_enabled(tsd_t *tsd, bool on); /* thread.tcache.enabled */
+HIDDEN extern uint64_t stats_zero_reallocs;           /* realloc(p, 0) calls (atomic) */
 
 typedef struct {
   size_t allocated, active, metadata, resident, mapped, retained, dirty;
