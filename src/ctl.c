@@ -10,39 +10,12 @@
 #include <errno.h>
 #include <stddef.h>
 #include <string.h>
-#include <time.h>
-
 #include "ctl.h"
 
 /* ---------------------------------------------------------------- mutex profiling */
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* Contended acquisition: count and time the wait (the owner-side counts follow in
- * mtx_lock, under the lock). */
-void mtx_lock_slow(mtx_t *m) {
-  uint32_t waiting = __atomic_add_fetch(&m->n_waiting, 1, __ATOMIC_RELAXED);
-  uint64_t t0 = now_ns();
-  pthread_mutex_lock(&m->m);
-  uint64_t w = now_ns() - t0;
-  __atomic_sub_fetch(&m->n_waiting, 1, __ATOMIC_RELAXED);
-  m->n_wait++;
-  m->total_wait_ns += w;
-  if (w > m->max_wait_ns) m->max_wait_ns = w;
-  if (waiting > m->max_n_thds) m->max_n_thds = waiting;
-}
-
 /* Lock held by the caller. */
 static void mutex_read(const mtx_t *m, ctl_mutex_stats_t *o) {
-  *o = (ctl_mutex_stats_t){.num_ops = m->n_lock_ops,
-                           .num_wait = m->n_wait,
-                           .num_owner_switch = m->n_owner_switch,
-                           .total_wait_time = m->total_wait_ns,
-                           .max_wait_time = m->max_wait_ns,
-                           .max_num_thds = m->max_n_thds};
+  *o = (ctl_mutex_stats_t){.num_ops = m->n_lock_ops, .num_wait = m->n_wait};
 }
 
 static void mutex_add(ctl_mutex_stats_t *a, const ctl_mutex_stats_t *b) {
@@ -56,8 +29,7 @@ static void mutex_add(ctl_mutex_stats_t *a, const ctl_mutex_stats_t *b) {
 
 static void mutex_reset(mtx_t *m) {
   pthread_mutex_lock(&m->m);
-  m->n_lock_ops = m->n_wait = m->n_owner_switch = m->total_wait_ns = m->max_wait_ns = 0;
-  m->max_n_thds = 0;
+  m->n_lock_ops = m->n_wait = 0;
   pthread_mutex_unlock(&m->m);
 }
 
@@ -578,12 +550,12 @@ static const ctl_index_t I_EXT = {idx_ext, cnt_ext};
 /* jemalloc's seven mutex profile fields, for a record type and a source. */
 #define MUTEX_ROWS(S, rec, pre) \
   LEAF_S("num_ops", CT_U64, S, rec, pre num_ops, F_COUNTER, "lock acquisitions"), \
-  LEAF_S("num_wait", CT_U64, S, rec, pre num_wait, F_COUNTER, "acquisitions that had to wait"), \
+  LEAF_S("num_wait", CT_U64, S, rec, pre num_wait, F_COUNTER, "acquisitions that met contention"), \
   LEAF_S("num_spin_acq", CT_U64, S, rec, pre num_spin_acq, F_COUNTER, "acquisitions by spinning (strata does not spin)"), \
-  LEAF_S("num_owner_switch", CT_U64, S, rec, pre num_owner_switch, F_COUNTER, "acquisitions by another thread than the last"), \
-  LEAF_S("total_wait_time", CT_U64, S, rec, pre total_wait_time, F_COUNTER, "nanoseconds spent waiting"), \
-  LEAF_S("max_wait_time", CT_U64, S, rec, pre max_wait_time, 0, "longest wait in nanoseconds"), \
-  LEAF_S("max_num_thds", CT_U32, S, rec, pre max_num_thds, 0, "most threads waiting at once"), END
+  LEAF_S("num_owner_switch", CT_U64, S, rec, pre num_owner_switch, F_COUNTER, "not kept (always 0)"), \
+  LEAF_S("total_wait_time", CT_U64, S, rec, pre total_wait_time, F_COUNTER, "not kept (always 0): timing waits costs the fast paths"), \
+  LEAF_S("max_wait_time", CT_U64, S, rec, pre max_wait_time, 0, "not kept (always 0)"), \
+  LEAF_S("max_num_thds", CT_U32, S, rec, pre max_num_thds, 0, "not kept (always 0)"), END
 #define C F_COUNTER
 #define B F_BYTES
 #define P F_PAGES
