@@ -8,12 +8,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import __version__, bench
+from . import __version__, bench, launch, statsview
 
 # (name, module, one-line help). Each module exposes add_arguments(parser).
 SUBCOMMANDS = (
     ("bench", bench, "compare strata with glibc, jemalloc, tcmalloc and mimalloc on the "
                      "benchmark workloads and Redis; writes results.json and report.md"),
+    ("run", launch, "run a command with strata preloaded and the given options"),
+    ("stats", statsview, "read strata's statistics: show FILE, diff A B, watch -- CMD"),
 )
 
 
