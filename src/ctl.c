@@ -410,11 +410,12 @@ static int h_arena_purge(const size_t *mib, size_t miblen, void *oldp, size_t *o
   (void)miblen;
   NEITHER_READ_NOR_WRITE();
   if (tsd_fetch() == NULL) return EAGAIN;
-  if (mib[1] == CTL_ARENAS_ALL) {
+  /* jemalloc also takes arenas.narenas for "all" (the pre-5.0 spelling Redis uses). */
+  if (mib[1] == CTL_ARENAS_ALL || mib[1] == ctl_narenas_total()) {
     arena_purge_all();
     return 0;
   }
-  if (mib[1] >= ctl_narenas_total()) return EFAULT;
+  if (mib[1] > ctl_narenas_total()) return EFAULT;
   arena_t *a = __atomic_load_n(&arenas[mib[1]], __ATOMIC_ACQUIRE);
   if (a) arena_purge_one(a);
   return 0;
@@ -629,7 +630,7 @@ static const ctl_node_t n_thread[] = {
 
 static const ctl_node_t n_arena_i_kids[] = {
     LEAF_H("initialized", CT_BOOL, h_arena_initialized, F_NOPRINT, "the arena exists"),
-    LEAF_H("purge", CT_VOID, h_arena_purge, F_NOPRINT, "purge every dirty page (4096: all arenas)"),
+    LEAF_H("purge", CT_VOID, h_arena_purge, F_NOPRINT, "purge every dirty page (4096 or arenas.narenas: all arenas)"),
     END};
 static const ctl_node_t n_arena_i = DIR("<i>", n_arena_i_kids);
 
