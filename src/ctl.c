@@ -45,6 +45,12 @@ static mtx_t *const gmutex[GM_N] = {&ctl_lock, &arenas_lock, &tcache_list_lock, 
 
 uint64_t stats_zero_reallocs;
 
+/* ctl_lock comes first in the lock order: fork takes it before the allocator's locks
+ * (metrics.c registers these after initialisation, so they run in that order). */
+void ctl_prefork(void) { mtx_lock(&ctl_lock); }
+void ctl_postfork_parent(void) { mtx_unlock(&ctl_lock); }
+void ctl_postfork_child(void) { mtx_init(&ctl_lock); }
+
 size_t ctl_narenas_total(void) { return (size_t)narenas + 1; }
 
 static ctl_arena_stats_t *snap_arena(size_t i) {

@@ -276,19 +276,30 @@ static bool expand_path(char *out, size_t cap, const char *tmpl, pid_t pid, cons
   return true;
 }
 
-static void exporter_write(void) {
+/* One writer at a time (the thread, or the exit handler's final write, after which the
+ * thread writes no more): a write cut short by exit would leave the temporary file. */
+static pthread_mutex_t exporter_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool exporter_done;
+
+static void exporter_write(bool final) {
   if ((pid_t)syscall(SYS_getpid) != exporter_pid) return;
-  int fd = (int)syscall(SYS_openat, AT_FDCWD, exporter_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return;
-  metrics_write(fd_write_cb, &fd, "T");
-  syscall(SYS_close, fd);
-  syscall(SYS_rename, exporter_tmp, exporter_path);
+  pthread_mutex_lock(&exporter_lock);
+  if (!exporter_done) {
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, exporter_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      metrics_write(fd_write_cb, &fd, "T");
+      syscall(SYS_close, fd);
+      syscall(SYS_rename, exporter_tmp, exporter_path);
+    }
+    exporter_done = final;
+  }
+  pthread_mutex_unlock(&exporter_lock);
 }
 
 static void *exporter_main(void *arg) {
   (void)arg;
   for (;;) {
-    exporter_write();
+    exporter_write(false);
     struct timespec ts = {(time_t)(opt.stats_interval_ms / 1000), (long)(opt.stats_interval_ms % 1000) * 1000000};
     while (nanosleep(&ts, &ts) != 0) {
     }
@@ -297,12 +308,13 @@ static void *exporter_main(void *arg) {
 }
 
 static void stats_atexit(void) {
-  if (opt.stats_file[0]) exporter_write(); /* the final figures */
+  if (opt.stats_file[0]) exporter_write(true); /* the final figures */
   if (opt.stats_print) strata_malloc_stats_print(NULL, NULL, opt.stats_print_opts);
 }
 
 __attribute__((constructor)) static void metrics_boot(void) {
   if (tsd_fetch() == NULL) return;
+  pthread_atfork(ctl_prefork, ctl_postfork_parent, ctl_postfork_child);
   if (!opt.stats_print && !opt.stats_file[0]) return;
   atexit(stats_atexit);
   if (!opt.stats_file[0]) return;

@@ -114,6 +114,30 @@ def main():
             fails.append("stats_file: families missing: " + ", ".join(sorted(fams)[:8]))
         print(f"stats_file: {prom[0]}, {len(fams)} families parse")
 
+    # 3b. after fork, only the process that asked writes: the child holds 64 MiB more
+    # than the parent, outlives it and exits normally (exit handlers run in both); the
+    # file must show the parent's figures.
+    fork_dir = os.path.join(work, "fork")
+    os.makedirs(fork_dir)
+    code = ("import os, time\n"
+            "if os.fork() == 0:\n"
+            "    x = [bytearray(1 << 20) for _ in range(64)]\n"
+            "    time.sleep(0.6)\n"
+            "else:\n"
+            "    time.sleep(0.2)\n")
+    r = run(lib, sys.executable, ["-c", code],
+            {"STRATA_CONF": f"stats_file:{fork_dir}/s.prom,stats_interval_ms:50"})
+    target = os.path.join(fork_dir, "s.prom")
+    if not os.path.exists(target) or os.listdir(fork_dir) != ["s.prom"]:
+        fails.append(f"fork: files {os.listdir(fork_dir)}")
+    else:
+        fams = {f.name: f for f in prom_parser.text_string_to_metric_families(open(target).read())}
+        alloc = fams["strata_allocated_bytes"].samples[0].value
+        if alloc > 48 << 20:
+            fails.append(f"fork: the child wrote the parent's stats file (allocated {alloc:.0f})")
+        else:
+            print(f"fork: the file holds the parent's figures (allocated {alloc:.0f}), not the child's")
+
     # 4. node_exporter
     ne = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
     if ne and prom:
