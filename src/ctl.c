@@ -46,7 +46,7 @@ static mtx_t *const gmutex[GM_N] = {&ctl_lock, &arenas_lock, &tcache_list_lock, 
 uint64_t stats_zero_reallocs;
 
 /* ctl_lock comes first in the lock order: fork takes it before the allocator's locks
- * (metrics.c registers these after initialisation, so they run in that order). */
+ * (init.c registers these after its own handlers, so they run in that order). */
 void ctl_prefork(void) { mtx_lock(&ctl_lock); }
 void ctl_postfork_parent(void) { mtx_unlock(&ctl_lock); }
 void ctl_postfork_child(void) { mtx_init(&ctl_lock); }
@@ -79,7 +79,7 @@ __attribute__((no_sanitize("thread"))) static void snap_tcaches(void) {
     if (s == NULL) continue;
     for (szind_t i = 1; i < tcache_nbins; i++) {
       const tbin_t *b = &tc->bins[i];
-      size_t cached = tbin_count(b, i);
+      size_t cached = tbin_max[i] - b->avail; /* not tbin_count: it would be instrumented */
       s->tcache_bytes += cached * sz_size[i];
       if (i <= SZ_NSMALL) s->bins[i - 1].nrequests += b->nmalloc;
     }

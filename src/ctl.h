@@ -103,9 +103,6 @@ HIDDEN int ctl_value(const ctl_node_t *leaf, const size_t *mib, size_t miblen, c
 HIDDEN void ctl_refresh(void); /* "epoch": take a new snapshot */
 HIDDEN bool ctl_arena_present(size_t i); /* snapshot holds arena i (or 4096 / 4097) */
 HIDDEN size_t ctl_narenas_total(void);   /* ordinary arenas plus the oversize arena */
-HIDDEN void ctl_prefork(void);
-HIDDEN void ctl_postfork_parent(void);
-HIDDEN void ctl_postfork_child(void);
 
 /* stats.c and metrics.c */
 typedef void ctl_write_cb(void *opaque, const char *s);

@@ -58,6 +58,8 @@ bool strata_init(void) {
   mtx_unlock(&init_lock);
   /* These may call malloc: strata is ready, so that is served normally. */
   pthread_atfork(fork_prepare, fork_parent, fork_child);
+  /* Registered after: its prepare runs first, so ctl_lock precedes every lock above. */
+  pthread_atfork(ctl_prefork, ctl_postfork_parent, ctl_postfork_child);
   if (pthread_key_create(&tsd_key, tcache_thread_exit) == 0) {
     __atomic_store_n(&tsd_key_ready, true, __ATOMIC_RELEASE);
   }

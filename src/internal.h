@@ -408,6 +408,9 @@ typedef int ctl_handler_t(const size_t *mib, size_t miblen, void *oldp, size_t *
                           size_t newlen);
 HIDDEN void tcache_set_enabled(tsd_t *tsd, bool on); /* thread.tcache.enabled */
 HIDDEN extern uint64_t stats_zero_reallocs;           /* realloc(p, 0) calls (atomic) */
+HIDDEN void ctl_prefork(void); /* fork handlers of ctl_lock (first in the lock order) */
+HIDDEN void ctl_postfork_parent(void);
+HIDDEN void ctl_postfork_child(void);
 
 typedef struct {
   size_t allocated, active, metadata, resident, mapped, retained, dirty;

@@ -312,9 +312,33 @@ static void stats_atexit(void) {
   if (opt.stats_print) strata_malloc_stats_print(NULL, NULL, opt.stats_print_opts);
 }
 
+extern const char *malloc_conf __attribute__((weak));
+extern char **environ;
+
+/* Whether an option source mentions a statistics-output option, without parsing (conf.c
+ * reports problems once, at initialisation). The constructor initialises strata early
+ * only then: a process that asks for nothing is initialised by its first malloc, as
+ * before. */
+static bool stats_options_requested(void) {
+  static const char *const keys[] = {"stats_print", "stats_file"};
+  const char *srcs[4] = {&malloc_conf != NULL ? malloc_conf : NULL, NULL, NULL, NULL};
+  char file[4096];
+  if (os_read_file("/etc/strata.conf", file, sizeof(file)) > 0) srcs[1] = file;
+  for (char **e = environ; e && *e; e++) {
+    if (strncmp(*e, "STRATA_CONF=", 12) == 0) srcs[2] = *e;
+    if (strncmp(*e, "MALLOC_CONF=", 12) == 0) srcs[3] = *e;
+  }
+  for (int i = 0; i < 4; i++) {
+    for (int k = 0; srcs[i] && k < 2; k++) {
+      if (strstr(srcs[i], keys[k])) return true;
+    }
+  }
+  return false;
+}
+
 __attribute__((constructor)) static void metrics_boot(void) {
+  if (!__atomic_load_n(&strata_ready, __ATOMIC_ACQUIRE) && !stats_options_requested()) return;
   if (tsd_fetch() == NULL) return;
-  pthread_atfork(ctl_prefork, ctl_postfork_parent, ctl_postfork_child);
   if (!opt.stats_print && !opt.stats_file[0]) return;
   atexit(stats_atexit);
   if (!opt.stats_file[0]) return;
