@@ -543,7 +543,8 @@ static const ctl_index_t I_EXT = {idx_ext, cnt_ext};
 
 /* ---------------------------------------------------------------- the table */
 #define END {.name = NULL}
-#define DIR(nm, arr) {.name = nm, .kids = arr}
+#define NKIDS(arr) ((uint16_t)(sizeof(arr) / sizeof(arr[0]) - 1))
+#define DIR(nm, arr) {.name = nm, .kids = arr, .nkids = NKIDS(arr)}
 #define IDX(nm, ix, node) {.name = nm, .ikid = &node, .index = &ix}
 #define LEAF_H(nm, T, fn, fl, hp) {.name = nm, .type = T, .src = S_HANDLER, .handler = fn, .flags = fl, .help = hp}
 #define LEAF_C(nm, T, addr, hp) {.name = nm, .type = T, .src = S_CONST, .ptr = addr, .help = hp}
@@ -771,7 +772,7 @@ static const ctl_node_t n_stats[] = {
 static const ctl_node_t n_root[] = {
     LEAF_C("version", CT_STR, &version_str, "strata version"),
     LEAF_H("epoch", CT_U64, h_epoch, F_NOPRINT, "write to refresh the statistics"),
-    {.name = "thread", .kids = n_thread, .flags = F_NOPRINT},
+    {.name = "thread", .kids = n_thread, .nkids = NKIDS(n_thread), .flags = F_NOPRINT},
     DIR("config", n_config),
     DIR("opt", n_opt),
     {.name = "arena", .ikid = &n_arena_i, .index = &I_ARENA, .flags = F_NOPRINT},
@@ -783,12 +784,7 @@ const ctl_node_t ctl_root = DIR("", n_root);
 
 /* ---------------------------------------------------------------- lookup */
 static const ctl_node_t *child_at(const ctl_node_t *n, const size_t *mib, size_t pos, int *err) {
-  if (n->kids) {
-    for (size_t k = 0; n->kids[k].name; k++) {
-      if (k == mib[pos]) return &n->kids[k];
-    }
-    return NULL;
-  }
+  if (n->kids) return mib[pos] < n->nkids ? &n->kids[mib[pos]] : NULL;
   if (n->ikid) {
     int r = n->index->check(mib, pos, mib[pos]);
     if (r) {

@@ -39,6 +39,7 @@ struct ctl_node_s {
   ctl_handler_t *handler;     /* leaf with code (src S_HANDLER) */
   const void *ptr;            /* S_CONST */
   uint16_t off;               /* S_GLOBAL..S_EXT: offset in the snapshot record */
+  uint16_t nkids;             /* rows in kids (MIB components index them directly) */
   uint8_t type, src, flags;
   const char *help;           /* one line, for OpenMetrics HELP and the docs */
   const char *jname;          /* JSON key where jemalloc's differs from the name */

@@ -471,15 +471,15 @@ static void text_print(out_t *o, const char *opts) {
 
 void stats_print(ctl_write_cb *cb, void *opaque, const char *opts) {
   out_t o;
+  if (opt_has(opts, 'P') || opt_has(opts, 'T')) {
+    metrics_write(cb, opaque, opts); /* takes its own epoch */
+    return;
+  }
   uint64_t e = 1;
   size_t len = sizeof(e);
   strata_mallctl("epoch", &e, &len, &e, sizeof(e)); /* as jemalloc: print fresh figures */
   out_init(&o, cb, opaque);
-  if (opt_has(opts, 'P') || opt_has(opts, 'T')) {
-    out_flush(&o);
-    metrics_write(cb, opaque, opts);
-    return;
-  } else if (opt_has(opts, 'J')) {
+  if (opt_has(opts, 'J')) {
     json_print(&o, opts);
   } else {
     text_print(&o, opts);
