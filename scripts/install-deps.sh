@@ -13,6 +13,7 @@ APT_PKGS=(build-essential cmake ninja-build valgrind
           libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
           redis-server redis-tools sqlite3 stress-ng clang libclang-rt-14-dev
           time)   # GNU time: the workloads' own peak RSS (see tools/README.md)
+APT_PKGS+=(prometheus-node-exporter)  # introspection test: scrapes strata's stats_file
 
 SUDO=()
 if [ "$(id -u)" -ne 0 ]; then
@@ -77,6 +78,7 @@ has_module() { (cd / && "$PY" -c "import $1" >/dev/null 2>&1); }
 py_missing=()
 has_module matplotlib || py_missing+=(matplotlib)
 has_module pytest || py_missing+=(pytest)
+has_module prometheus_client || py_missing+=(prometheus_client)  # introspection test's parsers
 if [ ${#py_missing[@]} -gt 0 ]; then
   echo "install-deps.sh: pip install ${py_missing[*]}"
   pip_install "${py_missing[@]}"
