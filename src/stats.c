@@ -455,6 +455,8 @@ static void text_print(out_t *o, const char *opts) {
   out_u64(o, read_u("stats.mapped"));
   out_str(o, ", retained: ");
   out_u64(o, read_u("stats.retained"));
+  out_str(o, "\nCount of realloc(non-null-ptr, 0) calls: ");
+  out_u64(o, read_u("stats.zero_reallocs"));
   out_str(o, "\n");
   if (!opt_has(opts, 'x') && (n = path("stats.mutexes", mib, &depth)) != NULL) text_mutexes(o, n, mib, depth);
   bool merged = !opt_has(opts, 'm'), unmerged = !opt_has(opts, 'a');
