@@ -16,7 +16,7 @@ static mtx_t ctl_lock = MTX_INITIALIZER;
 void stats_merge(stats_t *s) {
   memset(s, 0, sizeof(*s));
   if (!strata_ready) return;
-  for (unsigned i = 0; i <= narenas; i++) {
+  for (unsigned i = 0; i < __atomic_load_n(&narenas_total, __ATOMIC_ACQUIRE); i++) {
     arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
     if (a == NULL) continue;
     for (unsigned b = 1; b <= SZ_NSMALL; b++) {
@@ -155,7 +155,7 @@ __attribute__((visibility("default"))) int strata_mallctl(const char *name, void
                                                           void *newp, size_t newlen) {
   if (name == NULL) return EINVAL;
   size_t i = ctl_lookup(name);
-  if (i == N_COUNT) return ENOENT;
+  if (i == N_COUNT) return arenas_user_mallctl(name, oldp, oldlenp, newp, newlen); /* issue 8 */
   return ctl_by_index(i, oldp, oldlenp, newp, newlen);
 }
 
@@ -163,7 +163,7 @@ __attribute__((visibility("default"))) int strata_mallctlnametomib(const char *n
                                                                   size_t *miblenp) {
   if (name == NULL || mibp == NULL || miblenp == NULL || *miblenp < 1) return EINVAL;
   size_t i = ctl_lookup(name);
-  if (i == N_COUNT) return ENOENT;
+  if (i == N_COUNT) return arenas_user_nametomib(name, mibp, miblenp); /* issue 8 */
   mibp[0] = i;
   *miblenp = 1;
   return 0;
@@ -171,6 +171,8 @@ __attribute__((visibility("default"))) int strata_mallctlnametomib(const char *n
 
 __attribute__((visibility("default"))) int strata_mallctlbymib(const size_t *mib, size_t miblen, void *oldp,
                                                               size_t *oldlenp, void *newp, size_t newlen) {
+  if (mib != NULL && miblen >= 1 && mib[0] >= ARENAS_USER_MIB_BASE) /* issue 8 */
+    return arenas_user_bymib(mib, miblen, oldp, oldlenp, newp, newlen);
   if (mib == NULL || miblen != 1 || mib[0] >= N_COUNT) return ENOENT;
   return ctl_by_index(mib[0], oldp, oldlenp, newp, newlen);
 }
@@ -217,7 +219,7 @@ __attribute__((visibility("default"))) void strata_malloc_stats_print(void (*wri
   for (unsigned b = 1; b <= SZ_NSMALL; b++) {
     size_t curregs = 0;
     uint64_t nmalloc = 0, ndalloc = 0;
-    for (unsigned i = 0; i <= narenas; i++) {
+    for (unsigned i = 0; i < __atomic_load_n(&narenas_total, __ATOMIC_ACQUIRE); i++) {
       arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
       if (a == NULL) continue;
       mtx_lock(&a->bins[b].lock);

@@ -190,6 +190,7 @@ struct edata_s {
   uint8_t zeroed;      /* contents known to be zero (fresh or purged pages) */
   uint8_t bucket;      /* eset bucket while free */
   uint16_t bm_hint;    /* slab: first bitmap word that may hold a free bit */
+  uint8_t committed;   /* hooked arenas: pages committed (always 1 for the OS source) */
 };
 
 typedef struct {
@@ -278,6 +279,11 @@ struct arena_s {
   size_t decay_nunpurged;   /* dirty pages after the last step */
   size_t decay_backlog[100]; /* pages newly dirtied per step, newest first (DECAY_STEPS) */
   bin_t bins[SZ_NSMALL + 1];
+  /* User arenas and page sources (ehooks.c, arenas_user.c). */
+  extent_hooks_t *hooks;  /* atomic; NULL: pages from os.c */
+  uint8_t user;           /* made by arenas.create: never cached, may be reset */
+  uint8_t destroyed;      /* arena.<i>.destroy'ed: its index awaits reuse */
+  edata_t *active_head;   /* user arenas: active extents through lru_next/prev (elock) */
 };
 HIDDEN extern arena_t **arenas;   /* [narenas + 1]; the last is the oversize arena */
 HIDDEN extern unsigned narenas;   /* ordinary arenas */
@@ -324,6 +330,7 @@ typedef struct {
   arena_t *arena;          /* bound arena (NULL until first slow path) */
   uint8_t state;
   uint8_t reentrant;       /* inside a locked slow path (signal re-entry guard) */
+  uint8_t in_hook;         /* inside an extent hook: allocations go to arena 0, uncached */
 } tsd_t;
 HIDDEN extern __thread tsd_t strata_tsd __attribute__((tls_model("initial-exec")));
 HIDDEN extern tcache_t tcache_empty;
@@ -379,5 +386,53 @@ typedef struct {
   size_t small_allocated, large_allocated;
 } stats_t;
 HIDDEN void stats_merge(stats_t *s);
+
+/* ------------------------------------------------------------------ mallctl handlers */
+/* Numeric components of a name (the <i> of arena.<i>.reset) are in mib at their position. */
+typedef int ctl_handler_t(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                          size_t newlen);
+
+/* ------------------------------------------------------------------ ehooks.c */
+/*
+ * The page source under extent.c: the OS (os.c) unless an arena has extent hooks. Each
+ * wrapper calls the user's hook with the thread marked in_hook (its own mallocs go to
+ * arena 0, uncached) and returns true on failure or when the hook is NULL.
+ */
+HIDDEN extern extent_hooks_t ehooks_default;
+static inline extent_hooks_t *arena_hooks(const arena_t *a) {
+  return __atomic_load_n(&a->hooks, __ATOMIC_ACQUIRE);
+}
+HIDDEN void *ehooks_alloc(arena_t *a, extent_hooks_t *h, size_t size, size_t align, bool *zero, bool *commit);
+HIDDEN bool ehooks_dalloc(arena_t *a, extent_hooks_t *h, void *addr, size_t size, bool committed);
+HIDDEN void ehooks_destroy(arena_t *a, extent_hooks_t *h, void *addr, size_t size, bool committed);
+HIDDEN bool ehooks_commit(arena_t *a, extent_hooks_t *h, void *addr, size_t size);
+HIDDEN bool ehooks_decommit(arena_t *a, extent_hooks_t *h, void *addr, size_t size);
+HIDDEN bool ehooks_purge_lazy(arena_t *a, extent_hooks_t *h, void *addr, size_t size);
+HIDDEN bool ehooks_purge_forced(arena_t *a, extent_hooks_t *h, void *addr, size_t size);
+HIDDEN bool ehooks_split(arena_t *a, extent_hooks_t *h, void *addr, size_t size, size_t size_a, bool committed);
+HIDDEN bool ehooks_merge(arena_t *a, extent_hooks_t *h, void *addr_a, size_t size_a, void *addr_b,
+                         size_t size_b, bool committed);
+
+/* ------------------------------------------------------------------ arenas_user.c */
+/* Arena indices: 0..narenas-1 ordinary, narenas the oversize arena, then user arenas up
+ * to ARENAS_MAX - 1 (MALLCTL_ARENAS_ALL is the first index that names none). */
+#define ARENAS_MAX 4096
+HIDDEN extern unsigned narenas_total; /* atomic: 1 + the highest index ever used */
+#define arena_ind_is_user(i) ((i) > narenas)
+/* mallctl names of arenas_user.c and tcache.c: ENOENT if none matches. */
+HIDDEN int arenas_user_mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen);
+HIDDEN int arenas_user_nametomib(const char *name, size_t *mibp, size_t *miblenp);
+HIDDEN int arenas_user_bymib(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                             size_t newlen);
+#define ARENAS_USER_MIB_BASE ((size_t)0x10000) /* mib[0] of these names: base + row */
+/* Extents (elock held): destroy every free extent of a (after a reset and a purge). */
+HIDDEN void extent_destroy_all(arena_t *a);
+/* The explicit caches (tcache.c). */
+#define TCACHES_MAX 4093 /* jemalloc's MALLOCX_TCACHE_MAX + 1: 12 bits less two codes */
+HIDDEN tcache_t *tcache_explicit(unsigned ind); /* NULL if no such cache */
+HIDDEN int tcache_explicit_create(unsigned *ind);
+HIDDEN int tcache_explicit_flush(unsigned ind, bool destroy);
+HIDDEN void tcache_release(tsd_t *tsd); /* flush and give up the thread's cache */
+HIDDEN NORETURN void strata_bad_flag(const char *func, const char *what, unsigned ind);
 
 #endif /* STRATA_INTERNAL_H */

@@ -1,0 +1,457 @@
+/*
+ * arenas_user.c - arenas a program makes and discards (jemalloc's arenas.create,
+ * arena.<i>.reset, arena.<i>.destroy), their page sources (arena.<i>.extent_hooks), the
+ * explicit caches' names (tcache.*), thread.arena, arenas.lookup and per-arena counters,
+ * as mallctl handlers of the standard type. A user arena's blocks are never cached
+ * (slabs carry class 0 in the rtree, so free() takes the slow path; a thread bound to one
+ * gives up its cache), so a reset reaches every block: it walks the arena's active
+ * extents, never its objects. Relies on extent.c, slab.c's bins and tcache.c.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+unsigned narenas_total;
+
+/* ---------------------------------------------------------------- counters */
+typedef struct {
+  uint64_t small_nmalloc, small_ndalloc, large_nmalloc, large_ndalloc, npurged;
+  size_t pactive, pdirty, mapped;
+} arena_counts_t;
+static arena_counts_t destroyed_counts; /* MALLCTL_ARENAS_DESTROYED; arenas_lock */
+static bool destroyed_any;
+
+static void counts_add(arena_counts_t *to, const arena_counts_t *c) {
+  to->small_nmalloc += c->small_nmalloc;
+  to->small_ndalloc += c->small_ndalloc;
+  to->large_nmalloc += c->large_nmalloc;
+  to->large_ndalloc += c->large_ndalloc;
+  to->npurged += c->npurged;
+  to->pactive += c->pactive;
+  to->pdirty += c->pdirty;
+  to->mapped += c->mapped;
+}
+
+/* Takes the arena's locks unless the caller holds them all (locked). */
+static void counts_read(arena_t *a, arena_counts_t *c, bool locked) {
+  memset(c, 0, sizeof(*c));
+  for (unsigned b = 1; b <= SZ_NSMALL; b++) {
+    if (!locked) mtx_lock(&a->bins[b].lock);
+    c->small_nmalloc += a->bins[b].nmalloc;
+    c->small_ndalloc += a->bins[b].ndalloc;
+    if (!locked) mtx_unlock(&a->bins[b].lock);
+  }
+  if (!locked) mtx_lock(&a->elock);
+  c->large_nmalloc = a->nlarge_malloc;
+  c->large_ndalloc = a->nlarge_dalloc;
+  c->npurged = a->npurged;
+  c->pactive = a->nactive;
+  c->pdirty = a->dirty.npages;
+  c->mapped = a->mapped;
+  if (!locked) mtx_unlock(&a->elock);
+}
+
+static arena_t *arena_live(size_t ind) {
+  if (ind >= ARENAS_MAX || ind >= __atomic_load_n(&narenas_total, __ATOMIC_ACQUIRE)) return NULL;
+  arena_t *a = __atomic_load_n(&arenas[ind], __ATOMIC_ACQUIRE);
+  return a && !__atomic_load_n(&a->destroyed, __ATOMIC_ACQUIRE) ? a : NULL;
+}
+
+/* ---------------------------------------------------------------- reset and destroy */
+static void arena_lock_all(arena_t *a) {
+  for (unsigned b = 1; b <= SZ_NSMALL; b++) mtx_lock(&a->bins[b].lock);
+  mtx_lock(&a->elock);
+}
+
+static void arena_unlock_all(arena_t *a) {
+  mtx_unlock(&a->elock);
+  for (unsigned b = SZ_NSMALL; b >= 1; b--) mtx_unlock(&a->bins[b].lock);
+}
+
+/* Every active extent becomes dirty: O(extents) plus the page map of each slab's pages,
+ * whatever the number of objects. All of a's locks held. */
+static void arena_reset_locked(arena_t *a) {
+  edata_t *e = a->active_head;
+  a->active_head = NULL;
+  while (e != NULL) {
+    edata_t *next = e->lru_next;
+    e->lru_next = e->lru_prev = NULL;
+    if (e->slab) {
+      bin_t *bin = &a->bins[e->szind];
+      *(void **)e->bitmap = bin->bitmap_free;
+      bin->bitmap_free = e->bitmap;
+      e->bitmap = NULL;
+      extent_deregister_interior(e);
+    }
+    extent_dalloc(a, e);
+    e = next;
+  }
+  for (unsigned b = 1; b <= SZ_NSMALL; b++) {
+    bin_t *bin = &a->bins[b];
+    bin->cur = bin->spare = NULL;
+    bin->nonfull = NULL;
+    bin->nrchain = 0;
+    bin->remote_count = 0;
+    bin->curregs = 0;
+    bin->curslabs = 0;
+  }
+  a->large_allocated = 0;
+}
+
+/* ---------------------------------------------------------------- handlers */
+#define CTL_READONLY() \
+  if (newp != NULL || newlen != 0) return EPERM
+#define CTL_VOID() \
+  if (newp != NULL || newlen != 0 || oldp != NULL || oldlenp != NULL) return EPERM
+
+/* jemalloc's READ: a wrong *oldlenp copies what fits and answers EINVAL. */
+static int ctl_out(void *oldp, size_t *oldlenp, const void *v, size_t len) {
+  if (oldp == NULL || oldlenp == NULL) return 0;
+  if (*oldlenp != len) {
+    size_t n = *oldlenp < len ? *oldlenp : len;
+    memcpy(oldp, v, n);
+    *oldlenp = n;
+    return EINVAL;
+  }
+  memcpy(oldp, v, len);
+  return 0;
+}
+
+static int h_arenas_create(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                           size_t newlen) {
+  (void)mib;
+  (void)miblen;
+  if (oldp == NULL || oldlenp == NULL || *oldlenp != sizeof(unsigned)) return EINVAL;
+  extent_hooks_t *h = NULL;
+  if (newp != NULL) {
+    if (newlen != sizeof(extent_hooks_t *)) return EINVAL;
+    h = *(extent_hooks_t **)newp;
+    if (h == NULL || h->alloc == NULL) return EINVAL; /* alloc is the one mandatory member */
+    if (h == &ehooks_default) h = NULL;
+  }
+  /* A destroyed user arena's index (and structure, with its edata pool) first. */
+  mtx_lock(&arenas_lock);
+  unsigned ind = ARENAS_MAX;
+  for (unsigned i = narenas + 1; i < narenas_total; i++) {
+    if (arenas[i] != NULL && arenas[i]->destroyed == 1) {
+      ind = i;
+      arenas[i]->destroyed = 2; /* reserved: no other create takes it, arena_live skips it */
+      break;
+    }
+  }
+  if (ind == ARENAS_MAX && narenas_total < ARENAS_MAX) ind = narenas_total;
+  if (ind == ARENAS_MAX) {
+    mtx_unlock(&arenas_lock);
+    return EAGAIN;
+  }
+  if (ind == narenas_total) __atomic_store_n(&narenas_total, ind + 1, __ATOMIC_RELEASE);
+  mtx_unlock(&arenas_lock);
+  arena_t *a = arena_get(ind); /* the slot is reserved: creates, or returns the old one */
+  if (a == NULL) return EAGAIN; /* the index stays free (arenas[ind] NULL is skipped) */
+  mtx_lock(&a->elock);
+  a->user = 1;
+  a->grow_next = (size_t)2 << 20;
+  a->decay_epoch_ns = 0;
+  a->decay_nunpurged = 0;
+  memset(a->decay_backlog, 0, sizeof(a->decay_backlog));
+  __atomic_store_n(&a->hooks, h, __ATOMIC_RELEASE);
+  __atomic_store_n(&a->destroyed, 0, __ATOMIC_RELEASE);
+  mtx_unlock(&a->elock);
+  return ctl_out(oldp, oldlenp, &ind, sizeof(ind));
+}
+
+static int h_arenas_lookup(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                           size_t newlen) {
+  (void)mib;
+  (void)miblen;
+  if (newp == NULL || newlen != sizeof(void *)) return EINVAL;
+  uintptr_t p = (uintptr_t) * (void **)newp;
+  uint64_t ent = rtree_read(p);
+  edata_t *e = rt_edata(ent);
+  /* A slab's every page is mapped; a large block by its first page. */
+  if (e == NULL || (!(ent & RT_SLAB) && (e->state != ES_ACTIVE || e->addr != p))) return EINVAL;
+  unsigned ind = e->arena_ind;
+  return ctl_out(oldp, oldlenp, &ind, sizeof(ind));
+}
+
+/* arena.<i>.reset and arena.<i>.destroy: user arenas only (EFAULT otherwise). */
+static int reset_destroy(const size_t *mib, void *oldp, size_t *oldlenp, void *newp, size_t newlen,
+                         bool destroy) {
+  CTL_VOID();
+  arena_t *a = arena_live(mib[1]);
+  if (a == NULL || !a->user) return EFAULT;
+  if (destroy && __atomic_load_n(&a->nthreads, __ATOMIC_RELAXED) != 0) return EFAULT; /* bound */
+  arena_lock_all(a);
+  arena_reset_locked(a);
+  if (!destroy) {
+    arena_unlock_all(a);
+    arena_maybe_purge(a);
+    return 0;
+  }
+  /* Purge what the hooks allow, then hand every page back (destroy hook or munmap). */
+  extent_purge(a, 0);
+  extent_destroy_all(a);
+  arena_counts_t c;
+  counts_read(a, &c, true);
+  for (unsigned b = 1; b <= SZ_NSMALL; b++) a->bins[b].nmalloc = a->bins[b].ndalloc = 0;
+  a->nlarge_malloc = a->nlarge_dalloc = a->npurged = 0;
+  a->purge_pending = false;
+  __atomic_store_n(&a->hooks, NULL, __ATOMIC_RELEASE);
+  __atomic_store_n(&a->destroyed, 1, __ATOMIC_RELEASE);
+  arena_unlock_all(a);
+  mtx_lock(&arenas_lock);
+  counts_add(&destroyed_counts, &c);
+  destroyed_any = true;
+  mtx_unlock(&arenas_lock);
+  return 0;
+}
+
+static int h_arena_reset(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                         size_t newlen) {
+  (void)miblen;
+  return reset_destroy(mib, oldp, oldlenp, newp, newlen, false);
+}
+
+static int h_arena_destroy(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                           size_t newlen) {
+  (void)miblen;
+  return reset_destroy(mib, oldp, oldlenp, newp, newlen, true);
+}
+
+static int h_arena_initialized(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                               size_t newlen) {
+  (void)miblen;
+  CTL_READONLY();
+  bool init;
+  if (mib[1] == MALLCTL_ARENAS_ALL) {
+    init = true;
+  } else if (mib[1] == MALLCTL_ARENAS_DESTROYED) {
+    mtx_lock(&arenas_lock);
+    init = destroyed_any;
+    mtx_unlock(&arenas_lock);
+  } else if (mib[1] < ARENAS_MAX) {
+    init = arena_live(mib[1]) != NULL;
+  } else {
+    return EFAULT;
+  }
+  return ctl_out(oldp, oldlenp, &init, sizeof(init));
+}
+
+static int h_arena_extent_hooks(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                                size_t newlen) {
+  (void)miblen;
+  arena_t *a = arena_live(mib[1]);
+  if (a == NULL && mib[1] <= narenas) a = arena_get((unsigned)mib[1]); /* ordinary: made on use */
+  if (a == NULL) return EFAULT;
+  extent_hooks_t *old = arena_hooks(a);
+  if (newp != NULL) {
+    if (newlen != sizeof(extent_hooks_t *)) return EINVAL;
+    extent_hooks_t *h = *(extent_hooks_t **)newp;
+    if (h == NULL || h->alloc == NULL) return EINVAL;
+    old = __atomic_exchange_n(&a->hooks, h == &ehooks_default ? NULL : h, __ATOMIC_ACQ_REL);
+  }
+  if (old == NULL) old = &ehooks_default;
+  return ctl_out(oldp, oldlenp, &old, sizeof(old));
+}
+
+/* thread.arena: reading binds the thread (as jemalloc does); writing moves it. A thread
+ * bound to a user arena gives up its cache (see tcache_release). */
+static int h_thread_arena(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                          size_t newlen) {
+  (void)mib;
+  (void)miblen;
+  tsd_t *tsd = &strata_tsd;
+  if (tsd->arena == NULL) tsd->arena = arena_choose();
+  if (tsd->arena == NULL) return EAGAIN;
+  unsigned old = tsd->arena->ind;
+  if (newp != NULL) {
+    if (newlen != sizeof(unsigned)) return EINVAL;
+    unsigned want = *(unsigned *)newp;
+    arena_t *a = want <= narenas ? arena_get(want) : arena_live(want);
+    if (a == NULL) return EFAULT;
+    if (a != tsd->arena) {
+      __atomic_fetch_add(&a->nthreads, 1, __ATOMIC_RELAXED);
+      arena_unbind(tsd->arena);
+      tsd->arena = a;
+      if (a->user) {
+        tcache_release(tsd);
+      } else if (tsd->state == TSD_ACTIVE) {
+        tsd->tcache->arena = a; /* cached blocks still go home to their owners */
+      }
+    }
+  }
+  return ctl_out(oldp, oldlenp, &old, sizeof(old));
+}
+
+static int h_tcache_create(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                           size_t newlen) {
+  (void)mib;
+  (void)miblen;
+  CTL_READONLY();
+  if (oldp == NULL || oldlenp == NULL || *oldlenp != sizeof(unsigned)) return EINVAL;
+  unsigned ind;
+  int err = tcache_explicit_create(&ind);
+  return err ? err : ctl_out(oldp, oldlenp, &ind, sizeof(ind));
+}
+
+static int tcache_write(void *oldp, size_t *oldlenp, void *newp, size_t newlen, bool destroy) {
+  if (oldp != NULL || oldlenp != NULL) return EPERM;
+  if (newp == NULL) return EFAULT; /* jemalloc: no index is index UINT_MAX */
+  if (newlen != sizeof(unsigned)) return EINVAL;
+  return tcache_explicit_flush(*(unsigned *)newp, destroy);
+}
+
+static int h_tcache_flush(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                          size_t newlen) {
+  (void)mib;
+  (void)miblen;
+  return tcache_write(oldp, oldlenp, newp, newlen, false);
+}
+
+static int h_tcache_destroy(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                            size_t newlen) {
+  (void)mib;
+  (void)miblen;
+  return tcache_write(oldp, oldlenp, newp, newlen, true);
+}
+
+/* stats.arenas.<i>.*: read live (no epoch needed); <i> may be MALLCTL_ARENAS_ALL (every
+ * arena plus the destroyed ones) or MALLCTL_ARENAS_DESTROYED. */
+static int arena_counts_of(size_t ind, arena_counts_t *c) {
+  memset(c, 0, sizeof(*c));
+  if (ind == MALLCTL_ARENAS_DESTROYED || ind == MALLCTL_ARENAS_ALL) {
+    mtx_lock(&arenas_lock);
+    *c = destroyed_counts;
+    mtx_unlock(&arenas_lock);
+    if (ind == MALLCTL_ARENAS_DESTROYED) return 0;
+    for (unsigned i = 0; i < __atomic_load_n(&narenas_total, __ATOMIC_ACQUIRE); i++) {
+      arena_t *a = arena_live(i);
+      if (a == NULL) continue;
+      arena_counts_t one;
+      counts_read(a, &one, false);
+      counts_add(c, &one);
+    }
+    return 0;
+  }
+  arena_t *a = arena_live(ind);
+  if (a == NULL) return EFAULT;
+  counts_read(a, c, false);
+  return 0;
+}
+
+#define STATS_HANDLER(fn, field, type)                                                               \
+  static int fn(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,         \
+                size_t newlen) {                                                                    \
+    (void)miblen;                                                                                   \
+    CTL_READONLY();                                                                                 \
+    arena_counts_t c;                                                                               \
+    int err = arena_counts_of(mib[2], &c);                                                          \
+    if (err) return err;                                                                            \
+    type v = (type)c.field;                                                                         \
+    return ctl_out(oldp, oldlenp, &v, sizeof(v));                                                   \
+  }
+STATS_HANDLER(h_st_small_nmalloc, small_nmalloc, uint64_t)
+STATS_HANDLER(h_st_small_ndalloc, small_ndalloc, uint64_t)
+STATS_HANDLER(h_st_large_nmalloc, large_nmalloc, uint64_t)
+STATS_HANDLER(h_st_large_ndalloc, large_ndalloc, uint64_t)
+STATS_HANDLER(h_st_dirty_purged, npurged, uint64_t)
+STATS_HANDLER(h_st_pactive, pactive, size_t)
+STATS_HANDLER(h_st_pdirty, pdirty, size_t)
+STATS_HANDLER(h_st_mapped, mapped, size_t)
+
+/* ---------------------------------------------------------------- names */
+/* Name -> handler rows ('#' is a numeric component, passed in mib at its position). The
+ * issue-7 table takes these rows as they are. */
+static const struct {
+  const char *name;
+  ctl_handler_t *fn;
+} rows[] = {
+    {"arenas.create", h_arenas_create},
+    {"arenas.lookup", h_arenas_lookup},
+    {"arena.#.reset", h_arena_reset},
+    {"arena.#.destroy", h_arena_destroy},
+    {"arena.#.initialized", h_arena_initialized},
+    {"arena.#.extent_hooks", h_arena_extent_hooks},
+    {"thread.arena", h_thread_arena},
+    {"tcache.create", h_tcache_create},
+    {"tcache.flush", h_tcache_flush},
+    {"tcache.destroy", h_tcache_destroy},
+    {"stats.arenas.#.small.nmalloc", h_st_small_nmalloc},
+    {"stats.arenas.#.small.ndalloc", h_st_small_ndalloc},
+    {"stats.arenas.#.large.nmalloc", h_st_large_nmalloc},
+    {"stats.arenas.#.large.ndalloc", h_st_large_ndalloc},
+    {"stats.arenas.#.dirty_purged", h_st_dirty_purged},
+    {"stats.arenas.#.pactive", h_st_pactive},
+    {"stats.arenas.#.pdirty", h_st_pdirty},
+    {"stats.arenas.#.mapped", h_st_mapped},
+};
+#define NROWS (sizeof(rows) / sizeof(rows[0]))
+#define MIB_MAX 6
+
+/* Match name against the rows; fills mib (mib[0] = base + row, numbers in place). */
+static int lookup(const char *name, size_t *mib, size_t *miblen) {
+  for (size_t r = 0; r < NROWS; r++) {
+    const char *p = rows[r].name, *n = name;
+    size_t depth = 0;
+    for (;;) {
+      size_t plen = strcspn(p, "."), nlen = strcspn(n, ".");
+      if (plen == 1 && *p == '#') {
+        if (nlen == 0 || nlen > 10) break;
+        size_t v = 0, k = 0;
+        while (k < nlen && n[k] >= '0' && n[k] <= '9') v = v * 10 + (size_t)(n[k++] - '0');
+        if (k != nlen) break;
+        mib[depth] = v;
+      } else {
+        if (plen != nlen || memcmp(p, n, plen) != 0) break;
+        mib[depth] = 0;
+      }
+      depth++;
+      if (p[plen] == '\0' || n[nlen] == '\0') {
+        if (p[plen] != '\0' || n[nlen] != '\0') break;
+        mib[0] = ARENAS_USER_MIB_BASE + r;
+        *miblen = depth;
+        return 0;
+      }
+      if (depth >= MIB_MAX) break;
+      p += plen + 1;
+      n += nlen + 1;
+    }
+  }
+  return ENOENT;
+}
+
+int arenas_user_mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  size_t mib[MIB_MAX], miblen;
+  if (lookup(name, mib, &miblen)) return ENOENT;
+  return arenas_user_bymib(mib, miblen, oldp, oldlenp, newp, newlen);
+}
+
+int arenas_user_nametomib(const char *name, size_t *mibp, size_t *miblenp) {
+  size_t mib[MIB_MAX], miblen;
+  if (lookup(name, mib, &miblen)) return ENOENT;
+  if (*miblenp < miblen) return EINVAL;
+  memcpy(mibp, mib, miblen * sizeof(size_t));
+  *miblenp = miblen;
+  return 0;
+}
+
+int arenas_user_bymib(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                      size_t newlen) {
+  size_t r = mib[0] - ARENAS_USER_MIB_BASE;
+  if (r >= NROWS) return ENOENT;
+  size_t want = 1;
+  for (const char *c = rows[r].name; *c; c++) want += *c == '.';
+  if (miblen != want) return ENOENT;
+  if (tsd_fetch() == NULL) return EAGAIN;
+  return rows[r].fn(mib, miblen, oldp, oldlenp, newp, newlen);
+}
+
+void strata_bad_flag(const char *func, const char *what, unsigned ind) {
+  char num[24];
+  const char *parts[] = {"<strata>: ", func, "(): ", what, "(", fmt_u64(num, ind),
+                         "): no such ", what[8] == 'A' ? "arena (see arenas.create)\n" : "cache (see tcache.create)\n"};
+  msg_parts(parts, 8);
+  abort();
+}
