@@ -29,7 +29,7 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   if (s) {
     s->slab = 1;
     s->szind = (uint16_t)ind;
-    extent_register(s, ind, true);
+    extent_register(s, a->user ? 0 : ind, true); /* class 0: free() of a user arena's block skips the caches */
   }
   mtx_unlock(&a->elock);
   if (s == NULL) {
