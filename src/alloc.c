@@ -474,6 +474,29 @@ static void *mallocx_impl(tsd_t *tsd, size_t size, int flags) {
   tcache_t *tc = flag_tcache(flags, "mallocx");
   size_t align = flag_align(flags);
   bool use_tcache = FLAG_TCACHE(flags) != 1;
+  if (ar != NULL && ar->user && align <= 8 && likely(size <= SZ_LOOKUP_MAX) && !tsd->in_hook &&
+      !tsd->reentrant) {
+    /* A user arena's small classes: the thread's reserve, checked against the arena's
+     * generation, so a reset or destroy never lets a stale region out. */
+    szind_t ind = sz_lookup_read(size);
+    ureserve_t *r = tsd->ureserve;
+    void *p;
+    if (likely(r != NULL && r->arena == ar && r->gen == __atomic_load_n(&ar->gen, __ATOMIC_ACQUIRE) &&
+               (p = r->head[ind]) != NULL)) {
+      r->head[ind] = *(void **)p;
+    } else {
+      tsd->reentrant = 1;
+      p = ureserve_refill(tsd, ar, ind);
+      tsd->reentrant = 0;
+      if (p == NULL) return NULL;
+    }
+    size_t usize = sz_size[ind];
+    TAG_WORD(p) = 0;
+    tsd->allocated += usize;
+    if (FLAG_ZERO(flags) || opt.zero) memset(p, 0, usize);
+    alloc_fill(p, usize, FLAG_ZERO(flags) || opt.zero);
+    return p;
+  }
   if (tc != NULL && ar == NULL && align <= os_page) { /* MALLOCX_ARENA always bypasses caches */
     size_t usize = align > 8 ? sz_sa2u(size, align) : size;
     szind_t ind = usize ? sz_size2index(usize) : 0;
@@ -484,11 +507,35 @@ static void *mallocx_impl(tsd_t *tsd, size_t size, int flags) {
   return ind ? ialloc(tsd, ind, FLAG_ZERO(flags), use_tcache, ar) : NULL;
 }
 
-EXPORT void *strata_mallocx(size_t size, int flags) {
+static NOINLINE void *mallocx_slow(size_t size, int flags) {
   tsd_t *tsd = tsd_fetch();
   void *p = tsd ? mallocx_impl(tsd, size, flags) : NULL;
   if (unlikely(p == NULL)) errno = ENOMEM;
   return p;
+}
+
+/* Flag bits the reserve path serves without looking further: no alignment, no zeroing,
+ * and MALLOCX_TCACHE at most NONE (bits 9..19 clear). */
+#define FLAG_RESERVE_MASK 0x000ffe7fu
+
+EXPORT void *strata_mallocx(size_t size, int flags) {
+  /* MALLOCX_ARENA(user arena) of a small size, with at most MALLOCX_TCACHE_NONE: the
+   * thread's reserve for that arena, unless a reset or destroy made it stale. */
+  ureserve_t *r = strata_tsd.ureserve;
+  if (r != NULL && FLAG_ARENA(flags) == r->code && ((unsigned)flags & FLAG_RESERVE_MASK) == 0 &&
+      likely(size <= SZ_LOOKUP_MAX)) {
+    szind_t ind = sz_lookup_read(size);
+    void *p = r->head[ind];
+    /* (junk and zero never fill a reserve: see ureserve_refill) */
+    if (likely(p != NULL && r->gen == __atomic_load_n(&r->arena->gen, __ATOMIC_ACQUIRE) &&
+               !strata_tsd.in_hook && !strata_tsd.reentrant)) {
+      r->head[ind] = *(void **)p;
+      TAG_WORD(p) = 0;
+      strata_tsd.allocated += sz_size[ind];
+      return p;
+    }
+  }
+  return mallocx_slow(size, flags);
 }
 
 EXPORT void *strata_rallocx(void *p, size_t size, int flags) {

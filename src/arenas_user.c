@@ -184,6 +184,7 @@ static int reset_destroy(const size_t *mib, void *oldp, size_t *oldlenp, void *n
   if (a == NULL || !a->user) return EFAULT;
   if (destroy && __atomic_load_n(&a->nthreads, __ATOMIC_RELAXED) != 0) return EFAULT; /* bound */
   arena_lock_all(a);
+  __atomic_fetch_add(&a->gen, 1, __ATOMIC_RELEASE); /* every thread's reserve is stale */
   arena_reset_locked(a);
   if (!destroy) {
     arena_unlock_all(a);
@@ -446,6 +447,63 @@ int arenas_user_bymib(const size_t *mib, size_t miblen, void *oldp, size_t *oldl
   if (miblen != want) return ENOENT;
   if (tsd_fetch() == NULL) return EAGAIN;
   return rows[r].fn(mib, miblen, oldp, oldlenp, newp, newlen);
+}
+
+/* ---------------------------------------------------------------- reserves */
+static mtx_t ureserve_lock = MTX_INITIALIZER; /* guards the pool; a leaf lock */
+static ureserve_t *ureserve_pool;             /* of exited threads, linked through arena */
+
+static void ureserve_flush(ureserve_t *r) {
+  if (r->arena == NULL) return;
+  for (szind_t i = 1; i <= SZ_NSMALL; i++) {
+    if (r->head[i]) bin_return_chain(r->arena, i, r->head[i], r->gen);
+    r->head[i] = NULL;
+  }
+  r->arena = NULL;
+  r->code = ~0u;
+}
+
+/* The reserve's list for class ind is empty or stale: fill UR_BATCH regions, return one. */
+void *ureserve_refill(tsd_t *tsd, arena_t *a, szind_t ind) {
+  ureserve_t *r = tsd->ureserve;
+  if (opt.zero || opt.junk != JUNK_NONE) return arena_small_alloc(a, ind, false); /* every block filled */
+  if (r == NULL) {
+    mtx_lock(&ureserve_lock);
+    r = ureserve_pool;
+    if (r) ureserve_pool = (ureserve_t *)(void *)r->arena;
+    mtx_unlock(&ureserve_lock);
+    if (r == NULL && (r = meta_alloc(sizeof(*r))) == NULL) return arena_small_alloc(a, ind, false);
+    memset(r, 0, sizeof(*r));
+    r->code = ~0u;
+    tsd->ureserve = r;
+    /* The key's destructor gives the reserve back at thread exit (tcache_empty: no cache). */
+    if (tsd_key_ready && tsd->state != TSD_ACTIVE) pthread_setspecific(tsd_key, &tcache_empty);
+  }
+  uint64_t gen = __atomic_load_n(&a->gen, __ATOMIC_ACQUIRE); /* before the fill: stale at worst */
+  if (r->arena != a || r->gen != gen) {
+    ureserve_flush(r);
+    r->arena = a;
+    r->gen = gen;
+    r->code = a->ind + 1;
+    memset(r->batch, 0, sizeof(r->batch));
+  }
+  unsigned n = r->batch[ind] ? r->batch[ind] : 2;
+  r->batch[ind] = (uint8_t)(n * 2 < UR_BATCH ? n * 2 : UR_BATCH);
+  void *head;
+  if (bin_fill_list(a, ind, &head, n) == 0) return NULL;
+  r->head[ind] = *(void **)head;
+  return head;
+}
+
+void ureserve_thread_exit(tsd_t *tsd) {
+  ureserve_t *r = tsd->ureserve;
+  if (r == NULL) return;
+  tsd->ureserve = NULL;
+  ureserve_flush(r);
+  mtx_lock(&ureserve_lock);
+  r->arena = (arena_t *)(void *)ureserve_pool;
+  ureserve_pool = r;
+  mtx_unlock(&ureserve_lock);
 }
 
 void strata_bad_flag(const char *func, const char *what, unsigned ind) {

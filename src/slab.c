@@ -301,3 +301,21 @@ void bin_release_spare(arena_t *a, szind_t ind) {
   mtx_unlock(&bin->lock);
   arena_maybe_purge(a);
 }
+
+void bin_return_chain(arena_t *a, szind_t ind, void *head, uint64_t gen) {
+  bin_t *bin = &a->bins[ind];
+  mtx_lock(&bin->lock);
+  if (__atomic_load_n(&a->gen, __ATOMIC_RELAXED) == gen) { /* else reset took them already */
+    while (head) {
+      uint32_t n = 0;
+      void *tail = head;
+      while (n < 255 && *(void **)tail) tail = *(void **)tail, n++;
+      void *next = *(void **)tail;
+      slab_run_t runs[256];
+      unsigned nruns = chain_runs(head, n + 1, runs);
+      bin_dalloc_runs_locked(a, ind, runs, nruns);
+      head = next;
+    }
+  }
+  mtx_unlock(&bin->lock);
+}

@@ -256,7 +256,8 @@ static void tcache_retire(tcache_t *tc) {
 void tcache_thread_exit(void *arg) {
   tcache_t *tc = arg;
   tsd_t *tsd = &strata_tsd;
-  if (tc == &tcache_empty) { /* bound to a user arena, uncached: only unbind */
+  ureserve_thread_exit(tsd);
+  if (tc == &tcache_empty) { /* uncached (bound to a user arena, or a reserve): only unbind */
     arena_unbind(tsd->arena);
     tsd->arena = NULL;
     tsd->state = TSD_DEAD;
