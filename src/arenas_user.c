@@ -450,8 +450,9 @@ int arenas_user_bymib(const size_t *mib, size_t miblen, void *oldp, size_t *oldl
 }
 
 /* ---------------------------------------------------------------- reserves */
-static mtx_t ureserve_lock = MTX_INITIALIZER; /* guards the pool; a leaf lock */
-static ureserve_t *ureserve_pool;             /* of exited threads, linked through arena */
+/* Reserves of exited threads, linked through arena; guarded by tcache_list_lock (taken with
+ * nothing else held, and in fork's lock order). */
+static ureserve_t *ureserve_pool;
 
 static void ureserve_flush(ureserve_t *r) {
   if (r->arena == NULL) return;
@@ -468,10 +469,10 @@ void *ureserve_refill(tsd_t *tsd, arena_t *a, szind_t ind) {
   ureserve_t *r = tsd->ureserve;
   if (opt.zero || opt.junk != JUNK_NONE) return arena_small_alloc(a, ind, false); /* every block filled */
   if (r == NULL) {
-    mtx_lock(&ureserve_lock);
+    mtx_lock(&tcache_list_lock);
     r = ureserve_pool;
     if (r) ureserve_pool = (ureserve_t *)(void *)r->arena;
-    mtx_unlock(&ureserve_lock);
+    mtx_unlock(&tcache_list_lock);
     if (r == NULL && (r = meta_alloc(sizeof(*r))) == NULL) return arena_small_alloc(a, ind, false);
     memset(r, 0, sizeof(*r));
     r->code = ~0u;
@@ -500,10 +501,10 @@ void ureserve_thread_exit(tsd_t *tsd) {
   if (r == NULL) return;
   tsd->ureserve = NULL;
   ureserve_flush(r);
-  mtx_lock(&ureserve_lock);
+  mtx_lock(&tcache_list_lock);
   r->arena = (arena_t *)(void *)ureserve_pool;
   ureserve_pool = r;
-  mtx_unlock(&ureserve_lock);
+  mtx_unlock(&tcache_list_lock);
 }
 
 void strata_bad_flag(const char *func, const char *what, unsigned ind) {

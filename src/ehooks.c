@@ -145,7 +145,8 @@ void *ehooks_alloc(arena_t *a, extent_hooks_t *h, size_t size, size_t align, boo
   hook_leave(s);
   /* A misaligned or unaligned answer would corrupt the page map: refuse it, loudly. */
   if (p != NULL && ((uintptr_t)p & (align - 1)) != 0) {
-    msg_write("<strata>: extent hook alloc returned a misaligned address: extent ignored\n");
+    msg_write("<strata>: extent hook alloc returned a misaligned address: extent given back\n");
+    if (ehooks_dalloc(a, h, p, size, *commit)) ehooks_destroy(a, h, p, size, *commit);
     return NULL;
   }
   return p;
