@@ -324,6 +324,33 @@ static bool extent_grow(arena_t *a, size_t need) {
   return false;
 }
 
+/* A hooked arena whose split hook refuses (or is NULL) cannot carve a larger free
+ * extent: ask the alloc hook for exactly this extent instead, as jemalloc falls back to
+ * growing. elock held, dropped around the hook. */
+static edata_t *extent_alloc_fresh(arena_t *a, extent_hooks_t *h, size_t size, size_t align) {
+  edata_t *e = edata_get(a);
+  if (e == NULL) return NULL;
+  bool zero = false, commit = false;
+  mtx_unlock(&a->elock);
+  void *p = ehooks_alloc(a, h, size, align, &zero, &commit);
+  mtx_lock(&a->elock);
+  if (p != NULL && rtree_ensure((uintptr_t)p, size)) {
+    if (ehooks_dalloc(a, h, p, size, commit)) ehooks_destroy(a, h, p, size, commit);
+    p = NULL;
+  }
+  if (p == NULL) {
+    edata_put(a, e);
+    return NULL;
+  }
+  a->mapped += size;
+  e->addr = (uintptr_t)p;
+  e->size = size;
+  e->zeroed = zero;
+  e->committed = commit;
+  e->state = ES_ACTIVE;
+  return e;
+}
+
 edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   if (align < os_page) align = os_page;
   size_t search = size + (align - os_page);
@@ -354,7 +381,7 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   if (h != NULL && lead && ehooks_split(a, h, (void *)f->addr, f->size, lead, f->committed)) {
     if (l) edata_put(a, l);
     if (t) edata_put(a, t);
-    return NULL;
+    goto fresh;
   }
   if (h != NULL && trail && ehooks_split(a, h, (void *)body, f->size - lead, size, f->committed)) {
     if (l) { /* the lead is its own extent now: keep the two apart */
@@ -374,7 +401,7 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
       eset_insert(es, f);
     }
     if (t) edata_put(a, t);
-    return NULL;
+    goto fresh;
   }
   eset_remove(es, f);
   /* Lead and trail keep f's age in the purge order. */
@@ -405,6 +432,10 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   f->size = size;
   f->state = ES_ACTIVE;
   sassert(f->addr % align == 0);
+  if (0) {
+  fresh:
+    if ((f = extent_alloc_fresh(a, h, size, align)) == NULL) return NULL;
+  }
   if (h != NULL && !f->committed) {
     /* Retained pages the hook left uncommitted: commit them outside the lock (f is in no
      * set and ES_ACTIVE, so no neighbour merges with it meanwhile). */

@@ -736,6 +736,50 @@ TEST(test_threads_race_reset_against_frees_from_their_caches)
     CHECK(arena_cmd(race_arena, "destroy") == 0);
 }
 
+/* Threads fill slabs of one hooked arena at once while the alloc hook sleeps (the bin
+ * lock is dropped around it): every block stays intact and nothing leaks. */
+static unsigned hooked_arena;
+static void *hooked_thread(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    enum { K = 400 };
+    char *ps[K];
+    size_t ns[K];
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < K; i++) {
+            seed = seed * 1103515245u + 12345u;
+            ns[i] = 16 + (seed >> 8) % 3000;
+            ps[i] = mallocx(ns[i], MALLOCX_ARENA(hooked_arena) | (i % 2 ? MALLOCX_TCACHE_NONE : 0));
+            CHECK(ps[i] != NULL);
+            memset(ps[i], (int)(i & 0xff), ns[i]);
+        }
+        for (int i = 0; i < K; i++) {
+            CHECK_EQ((unsigned char)ps[i][ns[i] - 1], (unsigned char)(i & 0xff));
+            CHECK_EQ((unsigned char)ps[i][0], (unsigned char)(i & 0xff));
+            free(ps[i]);
+        }
+    }
+    return NULL;
+}
+
+TEST(test_threads_fill_slabs_of_a_hooked_arena_while_its_hook_sleeps)
+{
+    counters_zero();
+    atomic_store(&hook_sleep_ms, 2);
+    static extent_hooks_t nosplit = {c_alloc, c_dalloc, c_destroy, c_commit, c_decommit,
+                                     c_purge_lazy, c_purge_forced, NULL, c_merge};
+    hooked_arena = arena_create(&nosplit); /* no split: a mapping per slab, many hook calls */
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        CHECK(pthread_create(&t[i], NULL, hooked_thread, (void *)(uintptr_t)(i + 1)) == 0);
+    for (int i = 0; i < 4; i++)
+        CHECK(pthread_join(t[i], NULL) == 0);
+    atomic_store(&hook_sleep_ms, 0);
+    CHECK(atomic_load(&n_alloc) > 8, "alloc hook called %ld times", atomic_load(&n_alloc));
+    CHECK(arena_cmd(hooked_arena, "destroy") == 0);
+    CHECK_EQ(atomic_load(&bytes_destroy) + atomic_load(&bytes_dalloc), atomic_load(&bytes_alloc));
+}
+
 TEST(test_mallctlnametomib_and_bymib_reach_the_new_names)
 {
     unsigned a = arena_create(NULL);
