@@ -525,6 +525,8 @@ TEST(test_hooks_are_called_for_alloc_commit_split_merge_purge_destroy)
     CHECK(arena_cmd(a, "purge") == 0);
     CHECK(atomic_load(&n_dalloc) >= 1, "purge did not offer the pages back");
     CHECK(atomic_load(&n_decommit) + atomic_load(&n_purge_forced) > purges, "purge bypassed the hooks");
+    CHECK(arena_stat(a, "dirty_purged") >= 32 && arena_stat(a, "pdirty") == 0 && arena_stat(a, "mapped") > 0);
+    CHECK_EQ(arena_stat(a, "large.ndalloc"), 2);
     long commits = atomic_load(&n_commit);
     p = mallocx(64 * KiB, MALLOCX_ARENA(a));
     memset(p, 9, 64 * KiB); /* decommitted pages come back through commit */
