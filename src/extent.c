@@ -502,20 +502,9 @@ void extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size) {
   arena_note_dirty(a);
 }
 
-/* What purging a dirty extent through hooks did, in jemalloc's order of preference
- * (extent_dalloc_wrapper): gave the pages back, or kept the address space decommitted,
- * purged (zero), purged lazily or as it was. No elock held. */
-enum { REL_UNMAPPED, REL_DECOMMITTED, REL_ZEROED, REL_KEPT };
-static unsigned extent_release_hooked(arena_t *a, extent_hooks_t *h, edata_t *e) {
-  void *p = (void *)e->addr;
-  if (!ehooks_dalloc(a, h, p, e->size, e->committed)) return REL_UNMAPPED;
-  if (!e->committed || !ehooks_decommit(a, h, p, e->size)) return REL_DECOMMITTED;
-  if (!ehooks_purge_forced(a, h, p, e->size)) return REL_ZEROED;
-  (void)ehooks_purge_lazy(a, h, p, e->size); /* contents may survive either way */
-  return REL_KEPT;
-}
-
 size_t extent_purge(arena_t *a, size_t target_pages) {
+  extent_hooks_t *h = arena_hooks(a);
+  if (h != NULL) return extent_purge_hooked(a, h, target_pages);
   size_t purged = 0;
   while (a->dirty.npages > target_pages && a->lru_head != NULL) {
     /* Take a batch out of the dirty set (oldest first), purge it without the lock. */
@@ -530,12 +519,9 @@ size_t extent_purge(arena_t *a, size_t target_pages) {
       batch = e;
       n++;
     }
-    extent_hooks_t *h = arena_hooks(a);
     mtx_unlock(&a->elock);
     for (edata_t *e = batch; e; e = e->lru_next) {
-      if (h != NULL) {
-        e->bucket = (uint8_t)extent_release_hooked(a, h, e);
-      } else if (opt.retain) {
+      if (opt.retain) {
         os_purge((void *)e->addr, e->size);
       } else {
         os_unmap((void *)e->addr, e->size);
@@ -549,11 +535,7 @@ size_t extent_purge(arena_t *a, size_t target_pages) {
       a->npurged += e->size / os_page;
       rtree_write(e->addr, 0);
       rtree_write(last_gran(e), 0);
-      if (h != NULL && e->bucket != REL_UNMAPPED) {
-        e->zeroed = e->bucket != REL_KEPT;
-        e->committed = e->bucket != REL_DECOMMITTED;
-        extent_insert_free(a, e, ES_RETAINED);
-      } else if (h == NULL && opt.retain) {
+      if (opt.retain) {
         e->zeroed = 1;
         extent_insert_free(a, e, ES_RETAINED);
       } else {
@@ -600,4 +582,57 @@ void extent_destroy_all(arena_t *a) {
       edata_put(a, e);
     }
   }
+}
+
+/* What purging a dirty extent through hooks did, in jemalloc's order of preference
+ * (extent_dalloc_wrapper): gave the pages back, or kept the address space decommitted,
+ * purged (zero), purged lazily or as it was. No elock held. */
+enum { REL_UNMAPPED, REL_DECOMMITTED, REL_ZEROED, REL_KEPT };
+static unsigned extent_release_hooked(arena_t *a, extent_hooks_t *h, edata_t *e) {
+  void *p = (void *)e->addr;
+  if (!ehooks_dalloc(a, h, p, e->size, e->committed)) return REL_UNMAPPED;
+  if (!e->committed || !ehooks_decommit(a, h, p, e->size)) return REL_DECOMMITTED;
+  if (!ehooks_purge_forced(a, h, p, e->size)) return REL_ZEROED;
+  (void)ehooks_purge_lazy(a, h, p, e->size); /* contents may survive either way */
+  return REL_KEPT;
+}
+
+/* extent_purge for an arena with extent hooks: the same batches, oldest first, each
+ * extent released through the hooks outside the elock. Kept apart from the OS path so
+ * that each can change (muzzy pages, issue 6) without the other. */
+size_t extent_purge_hooked(arena_t *a, extent_hooks_t *h, size_t target_pages) {
+  size_t purged = 0;
+  while (a->dirty.npages > target_pages && a->lru_head != NULL) {
+    edata_t *batch = NULL;
+    size_t n = 0;
+    while (a->dirty.npages > target_pages && a->lru_head != NULL && n < 64) {
+      edata_t *e = a->lru_head;
+      eset_remove(&a->dirty, e);
+      lru_remove(a, e);
+      e->state = ES_PURGING;
+      e->lru_next = batch;
+      batch = e;
+      n++;
+    }
+    mtx_unlock(&a->elock);
+    for (edata_t *e = batch; e; e = e->lru_next) e->bucket = (uint8_t)extent_release_hooked(a, h, e);
+    mtx_lock(&a->elock);
+    while (batch) {
+      edata_t *e = batch;
+      batch = e->lru_next;
+      purged += e->size / os_page;
+      a->npurged += e->size / os_page;
+      rtree_write(e->addr, 0);
+      rtree_write(last_gran(e), 0);
+      if (e->bucket == REL_UNMAPPED) {
+        a->mapped -= e->size;
+        edata_put(a, e);
+        continue;
+      }
+      e->zeroed = e->bucket != REL_KEPT;
+      e->committed = e->bucket != REL_DECOMMITTED;
+      extent_insert_free(a, e, ES_RETAINED);
+    }
+  }
+  return purged;
 }

@@ -429,6 +429,8 @@ HIDDEN int arenas_user_bymib(const size_t *mib, size_t miblen, void *oldp, size_
 #define ARENAS_USER_MIB_BASE ((size_t)0x10000) /* mib[0] of these names: base + row */
 /* Extents (elock held): destroy every free extent of a (after a reset and a purge). */
 HIDDEN void extent_destroy_all(arena_t *a);
+/* extent_purge of an arena with hooks (elock held, dropped around the hooks). */
+HIDDEN size_t extent_purge_hooked(arena_t *a, extent_hooks_t *h, size_t target_pages);
 /* The explicit caches (tcache.c). */
 #define TCACHES_MAX 4093 /* jemalloc's MALLOCX_TCACHE_MAX + 1: 12 bits less two codes */
 HIDDEN tcache_t *tcache_explicit(unsigned ind); /* NULL if no such cache */
