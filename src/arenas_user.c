@@ -478,7 +478,7 @@ void *ureserve_refill(tsd_t *tsd, arena_t *a, szind_t ind) {
     r->code = ~0u;
     tsd->ureserve = r;
     /* The key's destructor gives the reserve back at thread exit (tcache_empty: no cache). */
-    if (tsd_key_ready && tsd->state != TSD_ACTIVE) pthread_setspecific(tsd_key, &tcache_empty);
+    if (tsd_key_ready && tsd->state == TSD_NOMINAL) pthread_setspecific(tsd_key, &tcache_empty);
   }
   uint64_t gen = __atomic_load_n(&a->gen, __ATOMIC_ACQUIRE); /* before the fill: stale at worst */
   if (r->arena != a || r->gen != gen) {
