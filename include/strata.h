@@ -42,6 +42,41 @@ extern "C" {
 /* Allocate from arena a (from mallctl "arenas.create" or 0..narenas-1). */
 #define MALLOCX_ARENA(a) ((int)(((unsigned)((a) + 1)) << 20))
 
+/* ---- Extent hooks: a per-arena page source, jemalloc 5.3's extent_hooks_t exactly
+ * (arenas.create, arena.<i>.extent_hooks). Every function returns false on success;
+ * a NULL member means "not supported". See docs/design.md, "User arenas". */
+#include <stdbool.h>
+typedef struct extent_hooks_s extent_hooks_t;
+/* Pages for arena_ind, aligned to alignment; *zero and *commit: in, required; out, what
+ * the pages are. new_addr non-NULL: exactly there or NULL. */
+typedef void *(extent_alloc_t)(extent_hooks_t *, void *, size_t, size_t, bool *, bool *, unsigned);
+/* (addr, size, committed, arena_ind): give the pages back; true keeps them (retained). */
+typedef bool(extent_dalloc_t)(extent_hooks_t *, void *, size_t, bool, unsigned);
+/* (addr, size, committed, arena_ind): the arena is destroyed; the pages are the hook's. */
+typedef void(extent_destroy_t)(extent_hooks_t *, void *, size_t, bool, unsigned);
+/* (addr, size, offset, length, arena_ind) */
+typedef bool(extent_commit_t)(extent_hooks_t *, void *, size_t, size_t, size_t, unsigned);
+typedef bool(extent_decommit_t)(extent_hooks_t *, void *, size_t, size_t, size_t, unsigned);
+typedef bool(extent_purge_t)(extent_hooks_t *, void *, size_t, size_t, size_t, unsigned);
+/* (addr, size, size_a, size_b, committed, arena_ind) */
+typedef bool(extent_split_t)(extent_hooks_t *, void *, size_t, size_t, size_t, bool, unsigned);
+/* (addr_a, size_a, addr_b, size_b, committed, arena_ind) */
+typedef bool(extent_merge_t)(extent_hooks_t *, void *, size_t, void *, size_t, bool, unsigned);
+struct extent_hooks_s {
+  extent_alloc_t *alloc;
+  extent_dalloc_t *dalloc;
+  extent_destroy_t *destroy;
+  extent_commit_t *commit;
+  extent_decommit_t *decommit;
+  extent_purge_t *purge_lazy;
+  extent_purge_t *purge_forced;
+  extent_split_t *split;
+  extent_merge_t *merge;
+};
+/* mallctl indices standing for every arena / the merged statistics of destroyed ones. */
+#define MALLCTL_ARENAS_ALL 4096
+#define MALLCTL_ARENAS_DESTROYED 4097
+
 /* ---- Standard names, prefixed. Semantics are those of C11/POSIX/glibc. ---- */
 STRATA_EXPORT STRATA_MALLOC_ATTR void *strata_malloc(size_t size);
 STRATA_EXPORT STRATA_MALLOC_ATTR void *strata_calloc(size_t n, size_t size);

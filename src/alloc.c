@@ -17,7 +17,9 @@
 
 /* ---------------------------------------------------------------- core */
 static inline arena_t *tsd_arena(tsd_t *tsd, size_t usize) {
-  if (unlikely(usize >= opt.oversize_threshold)) return arena_get(narenas);
+  if (unlikely(tsd->in_hook)) return arena_get(0); /* an extent hook's own allocations */
+  if (unlikely(usize >= opt.oversize_threshold) && !(tsd->arena && tsd->arena->user))
+    return arena_get(narenas);
   if (unlikely(tsd->arena == NULL)) tsd->arena = arena_choose();
   return tsd->arena;
 }
@@ -33,6 +35,7 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
   void *p;
   if (unlikely(tsd->reentrant)) return NULL;
   tsd->reentrant = 1;
+  if (unlikely(tsd->in_hook)) explicit = NULL, use_tcache = false;
   if (likely(ind < tcache_nbins && use_tcache && explicit == NULL)) {
     tcache_t *tc = tsd->state == TSD_ACTIVE ? tsd->tcache : NULL;
     if (tc == NULL) {
@@ -80,7 +83,7 @@ static void *ialloc_aligned(tsd_t *tsd, size_t size, size_t align, bool zero, bo
   if (usize == 0) return NULL;
   if (align <= os_page) return ialloc(tsd, sz_size2index(usize), zero, use_tcache, explicit);
   if (tsd->reentrant) return NULL;
-  arena_t *a = explicit ? explicit : tsd_arena(tsd, usize);
+  arena_t *a = explicit && !tsd->in_hook ? explicit : tsd_arena(tsd, usize);
   if (a == NULL) return NULL;
   tsd->reentrant = 1;
   void *p = arena_large_alloc(a, usize, align, zero || opt.zero);
@@ -101,6 +104,7 @@ static inline szind_t owned_szind(const void *p, edata_t **edp) {
   if (ed == NULL) return 0;
   if (e & RT_SLAB) {
     szind_t ind = rt_szind(e);
+    if (unlikely(ind == 0)) ind = ed->szind; /* a user arena's slab: class 0 keeps it uncached */
     uint64_t diff = (uintptr_t)p - ed->addr, regind = (diff * bin_info[ind].div_magic) >> 32;
     return regind * bin_info[ind].size == diff ? ind : 0; /* a region's start, exactly */
   }
@@ -121,7 +125,8 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
   if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("free", p);
   if (unlikely(opt.junk & JUNK_FREE)) memset(p, 0x5a, usize);
   tsd->deallocated += usize;
-  if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant)) {
+  if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant && !tsd->in_hook &&
+             !arena_ind_is_user(ed->arena_ind))) {
     /* A thread whose first call is a free gets its cache now, but that block goes back
      * to its arena: it was allocated elsewhere, next to other threads' blocks, and
      * caching it would hand it to this thread's next malloc (Hoard's cache-scratch). */
@@ -388,39 +393,159 @@ static inline size_t flag_align(int flags) {
   return la ? (size_t)1 << la : 0;
 }
 
-/* Explicit arena, or NULL for the default; *bad set for an arena that does not exist. */
-static arena_t *flag_arena(int flags, bool *bad) {
+/* Explicit arena, or NULL for the default; *bad set when an ordinary arena cannot be
+ * created (out of memory). An index that names no arena (never created, or destroyed)
+ * is a program error: reported and fatal, as in jemalloc. */
+static arena_t *flag_arena(int flags, bool *bad, const char *func) {
   unsigned a = FLAG_ARENA(flags);
   *bad = false;
   if (a == 0) return NULL;
-  if (a - 1 > narenas) {
-    *bad = true;
-    return NULL;
+  a--;
+  if (a <= narenas) {
+    arena_t *ar = arena_get(a);
+    *bad = ar == NULL;
+    return ar;
   }
-  arena_t *ar = arena_get(a - 1);
-  *bad = ar == NULL;
+  arena_t *ar = a < ARENAS_MAX ? __atomic_load_n(&arenas[a], __ATOMIC_ACQUIRE) : NULL;
+  if (ar == NULL || !ar->user || __atomic_load_n(&ar->destroyed, __ATOMIC_ACQUIRE))
+    strata_bad_flag(func, "MALLOCX_ARENA", a);
   return ar;
 }
 
-EXPORT void *strata_mallocx(size_t size, int flags) {
-  tsd_t *tsd = tsd_fetch();
-  if (tsd == NULL) return NULL;
+/* The explicit cache of MALLOCX_TCACHE(tc), or NULL for the other codes; fatal if tc
+ * names no cache. */
+static tcache_t *flag_tcache(int flags, const char *func) {
+  unsigned t = FLAG_TCACHE(flags);
+  if (t < 2) return NULL;
+  tcache_t *tc = tcache_explicit(t - 2);
+  if (tc == NULL) strata_bad_flag(func, "MALLOCX_TCACHE", t - 2);
+  return tc;
+}
+
+/* Allocation from an explicit cache (classes it holds; anything else goes uncached). */
+static void *ialloc_tc(tsd_t *tsd, szind_t ind, bool zero, tcache_t *tc) {
+  if (ind >= tcache_nbins || tsd->reentrant || tsd->in_hook) return ialloc(tsd, ind, zero, false, NULL);
+  size_t usize = sz_size[ind];
+  tsd->reentrant = 1;
+  tbin_t *b = &tc->bins[ind];
+  void *p = b->head;
+  if (p) {
+    b->head = *(void **)p;
+    b->avail++;
+  } else {
+    p = tcache_alloc_hard(tc, ind);
+  }
+  tsd->reentrant = 0;
+  if (p == NULL) return NULL;
+  if (ind <= SZ_NSMALL) TAG_WORD(p) = 0;
+  if (zero) memset(p, 0, usize);
+  tsd->allocated += usize;
+  alloc_fill(p, usize, zero);
+  return p;
+}
+
+/* Free into an explicit cache; a user arena's block (never cached) goes to its arena. */
+static void idalloc_tc(tsd_t *tsd, void *p, tcache_t *tc) {
+  szind_t ind;
+  edata_t *ed = lookup_owned(p, &ind, "dallocx");
+  if (ind >= tcache_nbins || tsd->reentrant || tsd->in_hook || arena_ind_is_user(ed->arena_ind)) {
+    idalloc(tsd, p, ed, ind, false);
+    return;
+  }
+  if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("dallocx", p);
+  if (unlikely(opt.junk & JUNK_FREE)) memset(p, 0x5a, sz_size[ind]);
+  tsd->deallocated += sz_size[ind];
+  tbin_t *b = &tc->bins[ind];
+  tsd->reentrant = 1;
+  if (ind <= SZ_NSMALL) TAG_WORD(p) = TAG_OF(p);
+  if (likely(b->avail != 0)) {
+    *(void **)p = b->head;
+    b->head = p;
+    b->avail--;
+  } else {
+    tcache_dalloc_hard(tc, ind, p);
+  }
+  tsd->reentrant = 0;
+}
+
+static void *mallocx_impl(tsd_t *tsd, size_t size, int flags) {
   bool bad;
-  arena_t *ar = flag_arena(flags, &bad);
+  arena_t *ar = flag_arena(flags, &bad, "mallocx");
   if (bad) return NULL;
+  tcache_t *tc = flag_tcache(flags, "mallocx");
   size_t align = flag_align(flags);
   bool use_tcache = FLAG_TCACHE(flags) != 1;
+  if (ar != NULL && ar->user && align <= 8 && likely(size <= SZ_LOOKUP_MAX) && !tsd->in_hook &&
+      !tsd->reentrant) {
+    /* A user arena's small classes: the thread's reserve, checked against the arena's
+     * generation, so a reset or destroy never lets a stale region out. */
+    szind_t ind = sz_lookup_read(size);
+    ureserve_t *r = tsd->ureserve;
+    void *p;
+    if (likely(r != NULL && r->arena == ar && r->gen == __atomic_load_n(&ar->gen, __ATOMIC_ACQUIRE) &&
+               (p = r->head[ind]) != NULL)) {
+      r->head[ind] = *(void **)p;
+    } else {
+      tsd->reentrant = 1;
+      p = ureserve_refill(tsd, ar, ind);
+      tsd->reentrant = 0;
+      if (p == NULL) return NULL;
+    }
+    size_t usize = sz_size[ind];
+    TAG_WORD(p) = 0;
+    tsd->allocated += usize;
+    if (FLAG_ZERO(flags) || opt.zero) memset(p, 0, usize);
+    alloc_fill(p, usize, FLAG_ZERO(flags) || opt.zero);
+    return p;
+  }
+  if (tc != NULL && ar == NULL && align <= os_page) { /* MALLOCX_ARENA always bypasses caches */
+    size_t usize = align > 8 ? sz_sa2u(size, align) : size;
+    szind_t ind = usize ? sz_size2index(usize) : 0;
+    return ind ? ialloc_tc(tsd, ind, FLAG_ZERO(flags), tc) : NULL;
+  }
   if (align > 8) return ialloc_aligned(tsd, size, align, FLAG_ZERO(flags), use_tcache, ar);
   szind_t ind = sz_size2index(size);
   return ind ? ialloc(tsd, ind, FLAG_ZERO(flags), use_tcache, ar) : NULL;
+}
+
+static NOINLINE void *mallocx_slow(size_t size, int flags) {
+  tsd_t *tsd = tsd_fetch();
+  void *p = tsd ? mallocx_impl(tsd, size, flags) : NULL;
+  if (unlikely(p == NULL)) errno = ENOMEM;
+  return p;
+}
+
+/* Flag bits the reserve path serves without looking further: no alignment, no zeroing,
+ * and MALLOCX_TCACHE at most NONE (bits 9..19 clear). */
+#define FLAG_RESERVE_MASK 0x000ffe7fu
+
+EXPORT void *strata_mallocx(size_t size, int flags) {
+  /* MALLOCX_ARENA(user arena) of a small size, with at most MALLOCX_TCACHE_NONE: the
+   * thread's reserve for that arena, unless a reset or destroy made it stale. */
+  ureserve_t *r = strata_tsd.ureserve;
+  if (r != NULL && FLAG_ARENA(flags) == r->code && ((unsigned)flags & FLAG_RESERVE_MASK) == 0 &&
+      likely(size <= SZ_LOOKUP_MAX)) {
+    szind_t ind = sz_lookup_read(size);
+    void *p = r->head[ind];
+    /* (junk and zero never fill a reserve: see ureserve_refill) */
+    if (likely(p != NULL && r->gen == __atomic_load_n(&r->arena->gen, __ATOMIC_ACQUIRE) &&
+               !strata_tsd.in_hook && !strata_tsd.reentrant)) {
+      r->head[ind] = *(void **)p;
+      TAG_WORD(p) = 0;
+      strata_tsd.allocated += sz_size[ind];
+      return p;
+    }
+  }
+  return mallocx_slow(size, flags);
 }
 
 EXPORT void *strata_rallocx(void *p, size_t size, int flags) {
   tsd_t *tsd = tsd_fetch();
   if (tsd == NULL) return NULL;
   bool bad;
-  arena_t *ar = flag_arena(flags, &bad);
+  arena_t *ar = flag_arena(flags, &bad, "rallocx");
   if (bad) return NULL;
+  (void)flag_tcache(flags, "rallocx"); /* checked; the copy goes through the thread's cache */
   return irealloc(tsd, p, size, flag_align(flags), FLAG_ZERO(flags), FLAG_TCACHE(flags) != 1, ar, "rallocx");
 }
 
@@ -460,7 +585,14 @@ EXPORT size_t strata_sallocx(const void *p, int flags) {
 }
 
 EXPORT void strata_dallocx(void *p, int flags) {
-  if (FLAG_TCACHE(flags) == 1) {
+  tcache_t *tc = flag_tcache(flags, "dallocx");
+  if (tc != NULL) {
+    if (p != NULL) {
+      int saved = errno;
+      idalloc_tc(&strata_tsd, p, tc);
+      errno = saved;
+    }
+  } else if (FLAG_TCACHE(flags) == 1) {
     free_slow(p, false);
   } else {
     strata_free(p);

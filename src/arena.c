@@ -130,6 +130,7 @@ bool arena_large_resize(edata_t *e, size_t usize) {
  * extent spans two mappings, say): the caller then copies. */
 void *arena_large_remap(edata_t *e, size_t usize) {
   arena_t *a = arena_of(e);
+  if (arena_hooks(a) != NULL) return NULL; /* the pages are the hook's: no mremap */
   size_t esize = (usize + os_page - 1) & ~(os_page - 1);
   mtx_lock(&a->elock);
   void *p = os_remap((void *)e->addr, e->size, esize);
@@ -155,7 +156,7 @@ void *arena_large_remap(edata_t *e, size_t usize) {
 
 size_t arena_purge_all(void) {
   size_t purged = 0;
-  for (unsigned i = 0; i <= narenas; i++) {
+  for (unsigned i = 0; i < __atomic_load_n(&narenas_total, __ATOMIC_ACQUIRE); i++) {
     arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
     if (a == NULL) continue;
     for (unsigned b = 1; b <= SZ_NSMALL; b++) bin_release_spare(a, b);

@@ -37,7 +37,7 @@ static void mutex_reset(mtx_t *m) {
 static mtx_t ctl_lock = MTX_INITIALIZER; /* guards the snapshot; taken before any arena lock */
 static ctl_global_stats_t snap_global;
 static ctl_arena_stats_t snap_merged, snap_destroyed;
-static ctl_arena_stats_t **snap_arenas; /* [narenas + 1], from meta_alloc as arenas appear */
+static ctl_arena_stats_t **snap_arenas; /* [ARENAS_MAX], records from meta_alloc as arenas appear */
 /* stats.mutexes.<name>, in the order of the table's rows */
 enum { GM_CTL, GM_ARENAS, GM_TCACHE_LIST, GM_BASE, GM_RTREE, GM_N };
 static ctl_mutex_stats_t snap_gmutex[GM_N];
@@ -51,7 +51,7 @@ void ctl_prefork(void) { mtx_lock(&ctl_lock); }
 void ctl_postfork_parent(void) { mtx_unlock(&ctl_lock); }
 void ctl_postfork_child(void) { mtx_init(&ctl_lock); }
 
-size_t ctl_narenas_total(void) { return (size_t)narenas + 1; }
+size_t ctl_narenas_total(void) { return __atomic_load_n(&narenas_total, __ATOMIC_ACQUIRE); }
 
 static ctl_arena_stats_t *snap_arena(size_t i) {
   if (i == CTL_ARENAS_ALL) return &snap_merged;
@@ -184,11 +184,14 @@ static void snap_add(ctl_arena_stats_t *m, const ctl_arena_stats_t *s) {
 void ctl_refresh(void) {
   mtx_lock(&ctl_lock);
   size_t n = ctl_narenas_total();
-  if (snap_arenas == NULL) __atomic_store_n(&snap_arenas, meta_alloc(n * sizeof(*snap_arenas)), __ATOMIC_RELEASE);
+  if (snap_arenas == NULL) __atomic_store_n(&snap_arenas, meta_alloc(ARENAS_MAX * sizeof(*snap_arenas)), __ATOMIC_RELEASE);
   if (snap_arenas == NULL) goto out;
   for (size_t i = 0; i < n; i++) {
     arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
-    if (a == NULL) continue;
+    if (a == NULL || __atomic_load_n(&a->destroyed, __ATOMIC_ACQUIRE)) {
+      if (snap_arenas[i]) snap_arenas[i]->initialized = false; /* destroyed: index awaits reuse */
+      continue;
+    }
     if (snap_arenas[i] == NULL && (snap_arenas[i] = meta_alloc(sizeof(ctl_arena_stats_t))) == NULL) continue;
     snap_read_arena(a, snap_arenas[i]);
   }
@@ -208,10 +211,24 @@ void ctl_refresh(void) {
   snap_merged.base = meta_mapped();
   snap_merged.uptime = snap_arenas[0] ? snap_arenas[0]->uptime : 0;
   snap_finish(&snap_merged);
+  /* Destroyed arenas keep their counters (arena.<i>.destroy); the merged record has them
+   * too, as jemalloc's does. */
+  arena_counts_t dc;
   memset(&snap_destroyed, 0, sizeof(snap_destroyed));
-  snap_destroyed.initialized = true;
+  bool any_destroyed = arenas_destroyed_read(&dc);
   snap_finish(&snap_destroyed);
+  snap_destroyed.initialized = any_destroyed;
   snap_destroyed.dirty_decay_ms = snap_destroyed.muzzy_decay_ms = 0;
+  snap_destroyed.small.nmalloc = dc.small_nmalloc;
+  snap_destroyed.small.ndalloc = dc.small_ndalloc;
+  snap_destroyed.large.nmalloc = dc.large_nmalloc;
+  snap_destroyed.large.ndalloc = dc.large_ndalloc;
+  snap_destroyed.dirty_purged = dc.npurged;
+  snap_merged.small.nmalloc += dc.small_nmalloc;
+  snap_merged.small.ndalloc += dc.small_ndalloc;
+  snap_merged.large.nmalloc += dc.large_nmalloc;
+  snap_merged.large.ndalloc += dc.large_ndalloc;
+  snap_merged.dirty_purged += dc.npurged;
   snap_global = (ctl_global_stats_t){
       .allocated = snap_merged.small.allocated + snap_merged.large.allocated,
       .active = snap_merged.pactive * os_page,
@@ -230,7 +247,7 @@ out:
 void stats_merge(stats_t *s) {
   memset(s, 0, sizeof(*s));
   if (!strata_ready) return;
-  for (unsigned i = 0; i <= narenas; i++) {
+  for (unsigned i = 0; i < __atomic_load_n(&narenas_total, __ATOMIC_ACQUIRE); i++) {
     arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
     if (a == NULL) continue;
     for (unsigned b = 1; b <= SZ_NSMALL; b++) {
@@ -340,28 +357,6 @@ static int h_epoch(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp
   RETURN_OUT(v);
 }
 
-static int h_thread_arena(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
-                          size_t newlen) {
-  (void)mib, (void)miblen;
-  tsd_t *tsd = tsd_fetch();
-  if (tsd == NULL) return EAGAIN;
-  if (tsd->arena == NULL) tsd->arena = arena_choose();
-  if (tsd->arena == NULL) return EAGAIN;
-  unsigned old = tsd->arena->ind, v = old;
-  WRITE_IN(v);
-  if (v != old) {
-    if (v >= ctl_narenas_total()) return EFAULT;
-    arena_t *a = arena_get(v);
-    if (a == NULL) return EAGAIN;
-    __atomic_fetch_add(&a->nthreads, 1, __ATOMIC_RELAXED);
-    arena_unbind(tsd->arena);
-    tsd->arena = a;
-    /* Cached regions keep their owner: flushes return them there, fills come from a. */
-    if (tsd->state == TSD_ACTIVE) tsd->tcache->arena = a;
-  }
-  RETURN_OUT(old);
-}
-
 static int h_thread_counts(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
                            size_t newlen) {
   (void)miblen;
@@ -425,24 +420,6 @@ static int h_arena_purge(const size_t *mib, size_t miblen, void *oldp, size_t *o
   arena_t *a = __atomic_load_n(&arenas[mib[1]], __ATOMIC_ACQUIRE);
   if (a) arena_purge_one(a);
   return 0;
-}
-
-static int h_arena_initialized(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
-                               size_t newlen) {
-  (void)miblen;
-  READONLY();
-  if (tsd_fetch() == NULL) return EAGAIN;
-  bool v;
-  if (mib[1] == CTL_ARENAS_ALL) {
-    v = true;
-  } else if (mib[1] == CTL_ARENAS_DESTROYED) {
-    v = false;
-  } else if (mib[1] < ctl_narenas_total()) {
-    v = __atomic_load_n(&arenas[mib[1]], __ATOMIC_ACQUIRE) != NULL;
-  } else {
-    return EFAULT;
-  }
-  RETURN_OUT(v);
 }
 
 /* Values computed from the configuration: one handler, the leaf picked by mib. */
@@ -628,7 +605,7 @@ static const ctl_node_t n_thread_tcache[] = {
 /* thread.allocated and thread.deallocated are positions 1 and 2: h_thread_counts tells
  * them apart by mib[1]. */
 static const ctl_node_t n_thread[] = {
-    LEAF_H("arena", CT_UNSIGNED, h_thread_arena, F_NOPRINT, "this thread's arena"),
+    LEAF_H("arena", CT_UNSIGNED, au_thread_arena, F_NOPRINT, "this thread's arena (read binds, write moves)"),
     LEAF_H("allocated", CT_U64, h_thread_counts, F_NOPRINT, "bytes this thread allocated"),
     LEAF_H("deallocated", CT_U64, h_thread_counts, F_NOPRINT, "bytes this thread freed"),
     DIR("tcache", n_thread_tcache),
@@ -636,7 +613,10 @@ static const ctl_node_t n_thread[] = {
     END};
 
 static const ctl_node_t n_arena_i_kids[] = {
-    LEAF_H("initialized", CT_BOOL, h_arena_initialized, F_NOPRINT, "the arena exists"),
+    LEAF_H("initialized", CT_BOOL, au_arena_initialized, F_NOPRINT, "the arena exists"),
+    LEAF_H("reset", CT_VOID, au_arena_reset, F_NOPRINT, "free everything a user arena holds"),
+    LEAF_H("destroy", CT_VOID, au_arena_destroy, F_NOPRINT, "reset a user arena and return its index"),
+    LEAF_H("extent_hooks", CT_VOID, au_arena_extent_hooks, F_NOPRINT, "the arena's page source (extent_hooks_t *)"),
     LEAF_H("purge", CT_VOID, h_arena_purge, F_NOPRINT, "purge every dirty page (4096 or arenas.narenas: all arenas)"),
     END};
 static const ctl_node_t n_arena_i = DIR("<i>", n_arena_i_kids);
@@ -663,6 +643,12 @@ static const ctl_node_t n_arenas[] = {
     LEAF_C("nlextents", CT_UNSIGNED, &u_nlextents, "large size classes"),
     IDX("lextent", I_LEXT, n_lextent_j),
     LEAF_H("lookup", CT_UNSIGNED, h_arenas_lookup, F_NOPRINT, "arena owning a pointer"),
+    LEAF_H("create", CT_UNSIGNED, au_arenas_create, F_NOPRINT, "make a user arena (optionally with extent hooks)"),
+    END};
+static const ctl_node_t n_tcache[] = {
+    LEAF_H("create", CT_UNSIGNED, au_tcache_create, F_NOPRINT, "make an explicit cache (MALLOCX_TCACHE)"),
+    LEAF_H("flush", CT_VOID, au_tcache_flush, F_NOPRINT, "flush an explicit cache"),
+    LEAF_H("destroy", CT_VOID, au_tcache_destroy, F_NOPRINT, "flush and free an explicit cache"),
     END};
 
 static const ctl_node_t n_class_small[] = {
@@ -778,6 +764,7 @@ static const ctl_node_t n_root[] = {
     {.name = "arena", .ikid = &n_arena_i, .index = &I_ARENA, .flags = F_NOPRINT},
     DIR("arenas", n_arenas),
     DIR("stats", n_stats),
+    {.name = "tcache", .kids = n_tcache, .nkids = NKIDS(n_tcache), .flags = F_NOPRINT},
     /* Rows for other branches go here (see docs/introspection.md, "Adding a name"). */
     END};
 const ctl_node_t ctl_root = DIR("", n_root);

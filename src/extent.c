@@ -4,7 +4,9 @@
  * freed and resident; retained: address space without memory) in buckets of page
  * count (4 per doubling), each a pairing heap by address, so the fit is near-best by
  * size and lowest address first. Neighbours are found through the rtree. Everything
- * here runs under the arena's elock.
+ * here runs under the arena's elock. Pages come from os.c, or from the arena's extent
+ * hooks (ehooks.c): then splits and merges ask the hooks first, and the alloc, commit
+ * and purge hooks run with the elock dropped.
  */
 #include <string.h>
 
@@ -216,6 +218,34 @@ static edata_t *mergeable(arena_t *a, uint64_t ent, unsigned state) {
   return n;
 }
 
+/* Hooked arenas: two free neighbours merge only in the same commit state and when the
+ * merge hook agrees (called under the elock, as jemalloc calls it under its ecache lock). */
+static bool can_merge(arena_t *a, const edata_t *lo, const edata_t *hi) {
+  extent_hooks_t *h = arena_hooks(a);
+  if (h == NULL) return true;
+  if (lo->committed != hi->committed) return false;
+  return !ehooks_merge(a, h, (void *)lo->addr, lo->size, (void *)hi->addr, hi->size, lo->committed);
+}
+
+/* User arenas list their active extents (through the lru links, which only free extents
+ * use) so that arena.<i>.reset finds them in time proportional to their number. */
+static void active_link(arena_t *a, edata_t *e) {
+  e->lru_prev = NULL;
+  e->lru_next = a->active_head;
+  if (a->active_head) a->active_head->lru_prev = e;
+  a->active_head = e;
+}
+
+static void active_unlink(arena_t *a, edata_t *e) {
+  if (e->lru_prev) {
+    e->lru_prev->lru_next = e->lru_next;
+  } else if (a->active_head == e) {
+    a->active_head = e->lru_next;
+  }
+  if (e->lru_next) e->lru_next->lru_prev = e->lru_prev;
+  e->lru_next = e->lru_prev = NULL;
+}
+
 /* Coalesce e (not in any set) with free neighbours, register it and insert it. */
 static void extent_insert_free(arena_t *a, edata_t *e, unsigned state) {
   eset_t *es = eset_of(a, state);
@@ -224,7 +254,7 @@ static void extent_insert_free(arena_t *a, edata_t *e, unsigned state) {
   e->slab = 0;
   if (e->addr >= GRAN) {
     edata_t *n = mergeable(a, rtree_read(e->addr - GRAN), state);
-    if (n && n->addr + n->size == e->addr) {
+    if (n && n->addr + n->size == e->addr && can_merge(a, n, e)) {
       eset_remove(es, n);
       if (state == ES_DIRTY) lru_remove(a, n);
       rtree_write(last_gran(n), 0);
@@ -236,7 +266,7 @@ static void extent_insert_free(arena_t *a, edata_t *e, unsigned state) {
     }
   }
   edata_t *n = mergeable(a, rtree_read(e->addr + e->size), state);
-  if (n && n->addr == e->addr + e->size) {
+  if (n && n->addr == e->addr + e->size && can_merge(a, e, n)) {
     eset_remove(es, n);
     if (state == ES_DIRTY) lru_remove(a, n);
     rtree_write(last_gran(e), 0);
@@ -253,33 +283,76 @@ static void extent_insert_free(arena_t *a, edata_t *e, unsigned state) {
   }
 }
 
-/* Map more address space into the retained set. */
+/* Map more address space into the retained set. A hook is called with the elock dropped
+ * (the caller re-searches); a hook that cannot split gets asked for exactly what is needed. */
 static bool extent_grow(arena_t *a, size_t need) {
+  extent_hooks_t *h = arena_hooks(a);
   size_t size = (need + os_page - 1) & ~(os_page - 1);
   if (size < need) return true;
-  if (!a->huge) {
+  if (!a->huge && (h == NULL || h->split != NULL)) {
     size = (size + GROW_MIN - 1) & ~(GROW_MIN - 1);
     if (size < a->grow_next) size = a->grow_next;
     if (a->grow_next < GROW_MAX) a->grow_next *= 2;
   }
   edata_t *e = edata_get(a);
   if (e == NULL) return true;
-  void *p = os_map(size, size >= GROW_MIN ? GROW_MIN : os_page);
+  bool zero = true, commit = true;
+  void *p;
+  if (h == NULL) {
+    p = os_map(size, size >= GROW_MIN ? GROW_MIN : os_page);
+  } else {
+    zero = commit = false; /* as jemalloc asks: take what the hook has */
+    mtx_unlock(&a->elock);
+    p = ehooks_alloc(a, h, size, os_page, &zero, &commit);
+    mtx_lock(&a->elock);
+  }
   if (p == NULL) {
     edata_put(a, e);
     return true;
   }
   if (rtree_ensure((uintptr_t)p, size)) {
-    os_unmap(p, size);
+    if (h == NULL) {
+      os_unmap(p, size);
+    } else if (ehooks_dalloc(a, h, p, size, commit)) {
+      ehooks_destroy(a, h, p, size, commit);
+    }
     edata_put(a, e);
     return true;
   }
   a->mapped += size;
   e->addr = (uintptr_t)p;
   e->size = size;
-  e->zeroed = 1;
+  e->zeroed = zero;
+  e->committed = commit;
   extent_insert_free(a, e, ES_RETAINED);
   return false;
+}
+
+/* A hooked arena whose split hook refuses (or is NULL) cannot carve a larger free
+ * extent: ask the alloc hook for exactly this extent instead, as jemalloc falls back to
+ * growing. elock held, dropped around the hook. */
+static edata_t *extent_alloc_fresh(arena_t *a, extent_hooks_t *h, size_t size, size_t align) {
+  edata_t *e = edata_get(a);
+  if (e == NULL) return NULL;
+  bool zero = false, commit = false;
+  mtx_unlock(&a->elock);
+  void *p = ehooks_alloc(a, h, size, align, &zero, &commit);
+  mtx_lock(&a->elock);
+  if (p != NULL && rtree_ensure((uintptr_t)p, size)) {
+    if (ehooks_dalloc(a, h, p, size, commit)) ehooks_destroy(a, h, p, size, commit);
+    p = NULL;
+  }
+  if (p == NULL) {
+    edata_put(a, e);
+    return NULL;
+  }
+  a->mapped += size;
+  e->addr = (uintptr_t)p;
+  e->size = size;
+  e->zeroed = zero;
+  e->committed = commit;
+  e->state = ES_ACTIVE;
+  return e;
 }
 
 edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
@@ -308,6 +381,32 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     return NULL;
   }
   eset_t *es = eset_of(a, state);
+  extent_hooks_t *h = arena_hooks(a);
+  if (h != NULL && lead && ehooks_split(a, h, (void *)f->addr, f->size, lead, f->committed)) {
+    if (l) edata_put(a, l);
+    if (t) edata_put(a, t);
+    goto fresh;
+  }
+  if (h != NULL && trail && ehooks_split(a, h, (void *)body, f->size - lead, size, f->committed)) {
+    if (l) { /* the lead is its own extent now: keep the two apart */
+      eset_remove(es, f);
+      l->addr = f->addr;
+      l->size = lead;
+      l->state = (uint8_t)state;
+      l->zeroed = f->zeroed;
+      l->committed = f->committed;
+      l->dirty_ns = f->dirty_ns;
+      extent_register(l, 0, false);
+      eset_insert(es, l);
+      if (state == ES_DIRTY) lru_insert_after(a, f, l);
+      f->addr = body;
+      f->size -= lead;
+      extent_register(f, 0, false);
+      eset_insert(es, f);
+    }
+    if (t) edata_put(a, t);
+    goto fresh;
+  }
   eset_remove(es, f);
   /* Lead and trail keep f's age in the purge order. */
   if (l) {
@@ -315,6 +414,7 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     l->size = lead;
     l->state = (uint8_t)state;
     l->zeroed = f->zeroed;
+    l->committed = f->committed;
     l->dirty_ns = f->dirty_ns;
     extent_register(l, 0, false);
     eset_insert(es, l);
@@ -325,6 +425,7 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     t->size = trail;
     t->state = (uint8_t)state;
     t->zeroed = f->zeroed;
+    t->committed = f->committed;
     t->dirty_ns = f->dirty_ns;
     extent_register(t, 0, false);
     eset_insert(es, t);
@@ -335,11 +436,30 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   f->size = size;
   f->state = ES_ACTIVE;
   sassert(f->addr % align == 0);
+  if (0) {
+  fresh:
+    if ((f = extent_alloc_fresh(a, h, size, align)) == NULL) return NULL;
+  }
+  if (h != NULL && !f->committed) {
+    /* Retained pages the hook left uncommitted: commit them outside the lock (f is in no
+     * set and ES_ACTIVE, so no neighbour merges with it meanwhile). */
+    mtx_unlock(&a->elock);
+    bool fail = ehooks_commit(a, h, (void *)f->addr, f->size);
+    mtx_lock(&a->elock);
+    if (fail) {
+      extent_insert_free(a, f, ES_RETAINED);
+      return NULL;
+    }
+    f->committed = 1;
+    f->zeroed = 1; /* commit gives zeroed pages */
+  }
   a->nactive += size / os_page;
+  if (a->user) active_link(a, f);
   return f;
 }
 
 void extent_dalloc(arena_t *a, edata_t *e) {
+  if (a->user) active_unlink(a, e);
   a->nactive -= e->size / os_page;
   e->zeroed = 0;
   extent_insert_free(a, e, ES_DIRTY);
@@ -347,6 +467,7 @@ void extent_dalloc(arena_t *a, edata_t *e) {
 }
 
 bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size) {
+  if (arena_hooks(a) != NULL) return true; /* would need split+merge hooks: copy instead */
   size_t need = new_size - e->size;
   uint64_t ent = rtree_read(e->addr + e->size);
   edata_t *n = mergeable(a, ent, ES_DIRTY);
@@ -372,8 +493,11 @@ bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size) {
 }
 
 void extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size) {
+  extent_hooks_t *h = arena_hooks(a);
+  if (h != NULL && ehooks_split(a, h, (void *)e->addr, e->size, new_size, e->committed)) return;
   edata_t *t = edata_get(a);
   if (t == NULL) return; /* keep the extent whole: correct, only less compact */
+  t->committed = e->committed;
   t->addr = e->addr + new_size;
   t->size = e->size - new_size;
   e->size = new_size;
@@ -383,6 +507,8 @@ void extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size) {
 }
 
 size_t extent_purge(arena_t *a, size_t target_pages) {
+  extent_hooks_t *h = arena_hooks(a);
+  if (h != NULL) return extent_purge_hooked(a, h, target_pages);
   size_t purged = 0;
   if (a->dirty.npages > target_pages && a->lru_head != NULL) a->npurge_passes++;
   while (a->dirty.npages > target_pages && a->lru_head != NULL) {
@@ -422,6 +548,96 @@ size_t extent_purge(arena_t *a, size_t target_pages) {
         a->mapped -= e->size;
         edata_put(a, e);
       }
+    }
+  }
+  return purged;
+}
+
+/* Destroy every free extent of a hooked or plain arena being destroyed: the destroy hook
+ * (or munmap) gets each, outside the elock. elock held on entry and exit. */
+void extent_destroy_all(arena_t *a) {
+  extent_hooks_t *h = arena_hooks(a);
+  for (;;) {
+    edata_t *batch = NULL;
+    for (unsigned n = 0; n < 64; n++) {
+      eset_t *es = a->retained.npages ? &a->retained : a->dirty.npages ? &a->dirty : NULL;
+      if (es == NULL) break;
+      edata_t *e = eset_fit(es, 1);
+      eset_remove(es, e);
+      if (es == &a->dirty) lru_remove(a, e);
+      rtree_write(e->addr, 0);
+      rtree_write(last_gran(e), 0);
+      e->state = ES_PURGING;
+      a->mapped -= e->size;
+      e->lru_next = batch;
+      batch = e;
+    }
+    if (batch == NULL) return;
+    mtx_unlock(&a->elock);
+    for (edata_t *e = batch; e; e = e->lru_next) {
+      if (h == NULL) {
+        os_unmap((void *)e->addr, e->size);
+      } else {
+        ehooks_destroy(a, h, (void *)e->addr, e->size, e->committed);
+      }
+    }
+    mtx_lock(&a->elock);
+    while (batch) {
+      edata_t *e = batch;
+      batch = e->lru_next;
+      edata_put(a, e);
+    }
+  }
+}
+
+/* What purging a dirty extent through hooks did, in jemalloc's order of preference
+ * (extent_dalloc_wrapper): gave the pages back, or kept the address space decommitted,
+ * purged (zero), purged lazily or as it was. No elock held. */
+enum { REL_UNMAPPED, REL_DECOMMITTED, REL_ZEROED, REL_KEPT };
+static unsigned extent_release_hooked(arena_t *a, extent_hooks_t *h, edata_t *e) {
+  void *p = (void *)e->addr;
+  if (!ehooks_dalloc(a, h, p, e->size, e->committed)) return REL_UNMAPPED;
+  if (!e->committed || !ehooks_decommit(a, h, p, e->size)) return REL_DECOMMITTED;
+  if (!ehooks_purge_forced(a, h, p, e->size)) return REL_ZEROED;
+  (void)ehooks_purge_lazy(a, h, p, e->size); /* contents may survive either way */
+  return REL_KEPT;
+}
+
+/* extent_purge for an arena with extent hooks: the same batches, oldest first, each
+ * extent released through the hooks outside the elock. Kept apart from the OS path so
+ * that each can change (muzzy pages, issue 6) without the other. */
+size_t extent_purge_hooked(arena_t *a, extent_hooks_t *h, size_t target_pages) {
+  size_t purged = 0;
+  while (a->dirty.npages > target_pages && a->lru_head != NULL) {
+    edata_t *batch = NULL;
+    size_t n = 0;
+    while (a->dirty.npages > target_pages && a->lru_head != NULL && n < 64) {
+      edata_t *e = a->lru_head;
+      eset_remove(&a->dirty, e);
+      lru_remove(a, e);
+      e->state = ES_PURGING;
+      e->lru_next = batch;
+      batch = e;
+      n++;
+    }
+    mtx_unlock(&a->elock);
+    for (edata_t *e = batch; e; e = e->lru_next) e->bucket = (uint8_t)extent_release_hooked(a, h, e);
+    mtx_lock(&a->elock);
+    while (batch) {
+      edata_t *e = batch;
+      batch = e->lru_next;
+      purged += e->size / os_page;
+      a->npurged += e->size / os_page;
+      rtree_write(e->addr, 0);
+      rtree_write(last_gran(e), 0);
+      if (e->bucket == REL_UNMAPPED) {
+        a->mapped -= e->size;
+        edata_put(a, e);
+        continue;
+      }
+      e->zeroed = e->bucket != REL_KEPT;
+      e->committed = e->bucket != REL_DECOMMITTED;
+      extent_insert_free(a, e, ES_RETAINED);
     }
   }
   return purged;

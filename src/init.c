@@ -46,7 +46,8 @@ bool strata_init(void) {
   narenas = opt.narenas ? opt.narenas : 4 * os_ncpus;
   if (narenas > 4095) narenas = 4095;
   tcache_boot();
-  arenas = meta_alloc(sizeof(arena_t *) * (narenas + 1));
+  arenas = meta_alloc(sizeof(arena_t *) * ARENAS_MAX); /* user arenas follow the oversize one */
+  narenas_total = narenas + 1;
   if (arenas == NULL || arena_get(0) == NULL) {
     __atomic_store_n(&init_owner, 0, __ATOMIC_RELAXED);
     mtx_unlock(&init_lock);
@@ -77,7 +78,7 @@ static void fork_locks(void (*op)(mtx_t *), bool reverse) {
   mtx_t *tail[2] = {&rtree_lock, &meta_lock};
   if (!reverse) {
     for (int i = 0; i < 3; i++) op(order[i]);
-    for (unsigned i = 0; i <= narenas; i++) {
+    for (unsigned i = 0; i < narenas_total; i++) {
       arena_t *a = arenas[i];
       if (a == NULL) continue;
       for (unsigned b = 1; b <= SZ_NSMALL; b++) op(&a->bins[b].lock);
@@ -86,7 +87,7 @@ static void fork_locks(void (*op)(mtx_t *), bool reverse) {
     for (int i = 0; i < 2; i++) op(tail[i]);
   } else {
     for (int i = 1; i >= 0; i--) op(tail[i]);
-    for (unsigned i = narenas + 1; i-- > 0;) {
+    for (unsigned i = narenas_total; i-- > 0;) {
       arena_t *a = arenas[i];
       if (a == NULL) continue;
       op(&a->elock);
@@ -111,7 +112,7 @@ static void fork_child(void) {
   tcache_t *self = strata_tsd.state == TSD_ACTIVE ? strata_tsd.tcache : NULL;
   tcache_list = self;
   if (self) self->next = self->prev = NULL;
-  for (unsigned i = 0; i < narenas; i++) {
+  for (unsigned i = 0; i < narenas_total; i++) {
     if (arenas[i]) arenas[i]->nthreads = 0;
   }
   if (strata_tsd.arena) strata_tsd.arena->nthreads = 1;

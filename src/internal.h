@@ -203,6 +203,7 @@ struct edata_s {
   uint8_t zeroed;      /* contents known to be zero (fresh or purged pages) */
   uint8_t bucket;      /* eset bucket while free */
   uint16_t bm_hint;    /* slab: first bitmap word that may hold a free bit */
+  uint8_t committed;   /* hooked arenas: pages committed (always 1 for the OS source) */
 };
 
 typedef struct {
@@ -300,6 +301,12 @@ struct arena_s {
   uint64_t lext_nmalloc[SZ_NCLASSES - SZ_NSMALL], lext_ndalloc[SZ_NCLASSES - SZ_NSMALL];
   uint64_t npurge_passes, nmadvise;
   uint64_t created_ns; /* uptime origin */
+  /* User arenas and page sources (ehooks.c, arenas_user.c). */
+  extent_hooks_t *hooks;  /* atomic; NULL: pages from os.c */
+  uint8_t user;           /* made by arenas.create: never cached, may be reset */
+  uint8_t destroyed;      /* arena.<i>.destroy'ed: its index awaits reuse */
+  edata_t *active_head;   /* user arenas: active extents through lru_next/prev (elock) */
+  uint64_t gen;           /* atomic; advanced by reset and destroy with every bin lock held */
 };
 HIDDEN extern arena_t **arenas;   /* [narenas + 1]; the last is the oversize arena */
 HIDDEN extern unsigned narenas;   /* ordinary arenas */
@@ -346,6 +353,8 @@ typedef struct {
   arena_t *arena;          /* bound arena (NULL until first slow path) */
   uint8_t state;
   uint8_t reentrant;       /* inside a locked slow path (signal re-entry guard) */
+  uint8_t in_hook;         /* inside an extent hook: allocations go to arena 0, uncached */
+  struct ureserve_s *ureserve; /* regions reserved from one user arena (arenas_user.c) */
 } tsd_t;
 HIDDEN extern __thread tsd_t strata_tsd __attribute__((tls_model("initial-exec")));
 HIDDEN extern tcache_t tcache_empty;
@@ -417,5 +426,71 @@ typedef struct {
   size_t small_allocated, large_allocated;
 } stats_t;
 HIDDEN void stats_merge(stats_t *s);
+
+/* ------------------------------------------------------------------ ehooks.c */
+/*
+ * The page source under extent.c: the OS (os.c) unless an arena has extent hooks. Each
+ * wrapper calls the user's hook with the thread marked in_hook (its own mallocs go to
+ * arena 0, uncached) and returns true on failure or when the hook is NULL.
+ */
+HIDDEN extern extent_hooks_t ehooks_default;
+static inline extent_hooks_t *arena_hooks(const arena_t *a) {
+  return __atomic_load_n(&a->hooks, __ATOMIC_ACQUIRE);
+}
+HIDDEN void *ehooks_alloc(arena_t *a, extent_hooks_t *h, size_t size, size_t align, bool *zero, bool *commit);
+HIDDEN bool ehooks_dalloc(arena_t *a, extent_hooks_t *h, void *addr, size_t size, bool committed);
+HIDDEN void ehooks_destroy(arena_t *a, extent_hooks_t *h, void *addr, size_t size, bool committed);
+HIDDEN bool ehooks_commit(arena_t *a, extent_hooks_t *h, void *addr, size_t size);
+HIDDEN bool ehooks_decommit(arena_t *a, extent_hooks_t *h, void *addr, size_t size);
+HIDDEN bool ehooks_purge_lazy(arena_t *a, extent_hooks_t *h, void *addr, size_t size);
+HIDDEN bool ehooks_purge_forced(arena_t *a, extent_hooks_t *h, void *addr, size_t size);
+HIDDEN bool ehooks_split(arena_t *a, extent_hooks_t *h, void *addr, size_t size, size_t size_a, bool committed);
+HIDDEN bool ehooks_merge(arena_t *a, extent_hooks_t *h, void *addr_a, size_t size_a, void *addr_b,
+                         size_t size_b, bool committed);
+
+/* ------------------------------------------------------------------ arenas_user.c */
+/* Arena indices: 0..narenas-1 ordinary, narenas the oversize arena, then user arenas up
+ * to ARENAS_MAX - 1 (MALLCTL_ARENAS_ALL is the first index that names none). */
+#define ARENAS_MAX 4096
+HIDDEN extern unsigned narenas_total; /* atomic: 1 + the highest index ever used */
+#define arena_ind_is_user(i) ((i) > narenas)
+/* mallctl names of arenas_user.c and tcache.c: ENOENT if none matches. */
+/* mallctl handlers (rows of ctl.c's table) */
+HIDDEN ctl_handler_t au_arenas_create, au_arena_reset, au_arena_destroy, au_arena_initialized,
+    au_arena_extent_hooks, au_thread_arena, au_tcache_create, au_tcache_flush, au_tcache_destroy;
+/* Counters of destroyed arenas (MALLCTL_ARENAS_DESTROYED); false while none was destroyed. */
+typedef struct {
+  uint64_t small_nmalloc, small_ndalloc, large_nmalloc, large_ndalloc, npurged;
+  size_t pactive, pdirty, mapped;
+} arena_counts_t;
+HIDDEN bool arenas_destroyed_read(arena_counts_t *c);
+/* Extents (elock held): destroy every free extent of a (after a reset and a purge). */
+HIDDEN void extent_destroy_all(arena_t *a);
+/* extent_purge of an arena with hooks (elock held, dropped around the hooks). */
+HIDDEN size_t extent_purge_hooked(arena_t *a, extent_hooks_t *h, size_t target_pages);
+/* The explicit caches (tcache.c). */
+#define TCACHES_MAX 4093 /* jemalloc's MALLOCX_TCACHE_MAX + 1: 12 bits less two codes */
+HIDDEN tcache_t *tcache_explicit(unsigned ind); /* NULL if no such cache */
+HIDDEN int tcache_explicit_create(unsigned *ind);
+HIDDEN int tcache_explicit_flush(unsigned ind, bool destroy);
+HIDDEN void tcache_release(tsd_t *tsd);
+/* MALLOCX_ARENA(user arena) allocations: a per-thread reserve of small regions, filled in
+ * batches and valid while the arena's gen is the one it was filled under (a reset or a
+ * destroy makes every reserve stale: its regions are never handed out). */
+#define UR_BATCH 32 /* most regions per fill: one bin lock per 32 allocations (callgrind: 16 ->
+                     * 32 saves 8 instructions per mallocx, 64 only 2 more) */
+typedef struct ureserve_s {
+  arena_t *arena;
+  uint64_t gen;
+  unsigned code;             /* MALLOCX_ARENA's field for arena (ind + 1); ~0u: none */
+  void *head[SZ_NSMALL + 1]; /* NULL-terminated lists */
+  uint8_t batch[SZ_NSMALL + 1]; /* next fill: doubles from 2 up to UR_BATCH within a gen, so a
+                                 * request that takes one block of a class reserves few */
+} ureserve_t;
+HIDDEN void *ureserve_refill(tsd_t *tsd, arena_t *a, szind_t ind);
+HIDDEN void ureserve_thread_exit(tsd_t *tsd);
+/* slab.c: give a chain of regions back unless a's gen moved on (checked under the lock). */
+HIDDEN void bin_return_chain(arena_t *a, szind_t ind, void *head, uint64_t gen); /* flush and give up the thread's cache */
+HIDDEN NORETURN void strata_bad_flag(const char *func, const char *what, unsigned ind);
 
 #endif /* STRATA_INTERNAL_H */

@@ -15,7 +15,9 @@ static void bitmap_init(uint64_t *bm, const bin_info_t *bi) {
   if (tail) bm[bi->bm_words - 1] = ((uint64_t)1 << tail) - 1;
 }
 
-/* bin lock held; takes the arena's elock inside (lock order bin -> elock). */
+/* bin lock held; takes the arena's elock inside (lock order bin -> elock). An arena with
+ * extent hooks drops the bin lock around it, as jemalloc allocates slabs: the alloc hook
+ * may be slow. A reset meanwhile (gen moved) took the new slab already: NULL then. */
 static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   const bin_info_t *bi = &bin_info[ind];
   uint64_t *bm = bin->bitmap_free;
@@ -24,21 +26,28 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   } else if ((bm = meta_alloc(bi->bm_words * sizeof(uint64_t))) == NULL) {
     return NULL;
   }
+  bool hooked = arena_hooks(a) != NULL;
+  uint64_t gen = __atomic_load_n(&a->gen, __ATOMIC_ACQUIRE);
+  if (hooked) mtx_unlock(&bin->lock);
   mtx_lock(&a->elock);
   edata_t *s = extent_alloc(a, bi->slab_size, os_page);
   if (s) {
     s->slab = 1;
     s->szind = (uint16_t)ind;
-    extent_register(s, ind, true);
+    s->bitmap = bm; /* before the elock goes: a reset may find the slab */
+    extent_register(s, a->user ? 0 : ind, true); /* class 0: free() of a user arena's block skips the caches */
   }
   mtx_unlock(&a->elock);
+  if (hooked) {
+    mtx_lock(&bin->lock);
+    if (s != NULL && __atomic_load_n(&a->gen, __ATOMIC_ACQUIRE) != gen) return NULL; /* reset took s, bm */
+  }
   if (s == NULL) {
     *(void **)bm = bin->bitmap_free;
     bin->bitmap_free = bm;
     return NULL;
   }
   bitmap_init(bm, bi);
-  s->bitmap = bm;
   s->nfree = bi->nregs;
   s->bm_hint = 0;
   bin->curslabs++;
@@ -70,6 +79,12 @@ static edata_t *bin_next_slab(arena_t *a, bin_t *bin, szind_t ind) {
     bin->spare = NULL;
   } else {
     s = slab_new(a, bin, ind);
+    if (s != NULL && bin->cur != NULL && bin->cur->nfree != 0) {
+      /* The bin lock was dropped (hooked arena) and another thread's fill or free left
+       * room in the current slab: keep it, the new one waits among the non-full. */
+      ph_insert(&bin->nonfull, &s->ph);
+      return bin->cur;
+    }
   }
   bin->cur = s;
   bin->nreslabs++;
@@ -307,4 +322,22 @@ void bin_release_spare(arena_t *a, szind_t ind) {
   }
   mtx_unlock(&bin->lock);
   arena_maybe_purge(a);
+}
+
+void bin_return_chain(arena_t *a, szind_t ind, void *head, uint64_t gen) {
+  bin_t *bin = &a->bins[ind];
+  mtx_lock(&bin->lock);
+  if (__atomic_load_n(&a->gen, __ATOMIC_RELAXED) == gen) { /* else reset took them already */
+    while (head) {
+      uint32_t n = 0;
+      void *tail = head;
+      while (n < 255 && *(void **)tail) tail = *(void **)tail, n++;
+      void *next = *(void **)tail;
+      slab_run_t runs[256];
+      unsigned nruns = chain_runs(head, n + 1, runs);
+      bin_dalloc_runs_locked(a, ind, runs, nruns);
+      head = next;
+    }
+  }
+  mtx_unlock(&bin->lock);
 }

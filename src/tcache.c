@@ -7,6 +7,7 @@
  * incremental GC flushes bins a thread stopped using; a thread's cache is flushed by a
  * pthread key destructor and recycled.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -55,20 +56,27 @@ void tcache_boot(void) {
   }
 }
 
+/* Every bin empty, with its room and alignment check. */
+static void tcache_reset_bins(tcache_t *tc) {
+  memset(tc, 0, sizeof(*tc));
+  for (szind_t i = 1; i < tcache_nbins; i++) {
+    tc->bins[i].avail = tbin_max[i];
+    tc->bins[i].align_mask = tbin_align_mask[i];
+  }
+}
+
 tcache_t *tcache_get_slow(tsd_t *tsd) {
   if (tsd->state == TSD_ACTIVE) return tsd->tcache;
   if (tsd->state != TSD_NOMINAL || tcache_nbins == 0) return NULL;
+  /* A thread bound to a user arena runs uncached: a reset may discard its blocks. */
+  if (tsd->arena != NULL && tsd->arena->user) return NULL;
   if (!__atomic_load_n(&tsd_key_ready, __ATOMIC_ACQUIRE)) return NULL; /* retry later */
   mtx_lock(&tcache_list_lock);
   tcache_t *tc = tcache_pool;
   if (tc) tcache_pool = tc->next;
   mtx_unlock(&tcache_list_lock);
   if (tc == NULL && (tc = meta_alloc(sizeof(tcache_t))) == NULL) return NULL;
-  memset(tc, 0, sizeof(*tc));
-  for (szind_t i = 1; i < tcache_nbins; i++) {
-    tc->bins[i].avail = tbin_max[i];
-    tc->bins[i].align_mask = tbin_align_mask[i];
-  }
+  tcache_reset_bins(tc);
   if (tsd->arena == NULL) tsd->arena = arena_choose();
   tc->arena = tsd->arena;
   mtx_lock(&tcache_list_lock);
@@ -248,6 +256,13 @@ static void tcache_retire(tcache_t *tc) {
 void tcache_thread_exit(void *arg) {
   tcache_t *tc = arg;
   tsd_t *tsd = &strata_tsd;
+  ureserve_thread_exit(tsd);
+  if (tc == &tcache_empty) { /* uncached (bound to a user arena, or a reserve): only unbind */
+    arena_unbind(tsd->arena);
+    tsd->arena = NULL;
+    tsd->state = TSD_DEAD;
+    return;
+  }
   if (tc == NULL || tsd->tcache != tc) return;
   /* Later destructors may still allocate: they are served without a cache. */
   uint64_t al, de;
@@ -269,6 +284,15 @@ void tcache_set_enabled(tsd_t *tsd, bool on) {
     if (tsd->state == TSD_NOCACHE) tsd->state = TSD_NOMINAL;
     return;
   }
+  tcache_release(tsd);
+  tsd->state = TSD_NOCACHE;
+}
+
+/* ---------------------------------------------------------------- user arenas, explicit caches */
+/* The thread binds to a user arena (thread.arena): its cache is flushed and given up, so
+ * that no block of that arena ever sits in a cache (arena.<i>.reset could not reach it).
+ * The key's value becomes tcache_empty, which the destructor reads as "only unbind". */
+void tcache_release(tsd_t *tsd) {
   if (tsd->state == TSD_ACTIVE) {
     tcache_t *tc = tsd->tcache;
     uint64_t al, de;
@@ -276,10 +300,70 @@ void tcache_set_enabled(tsd_t *tsd, bool on) {
     tsd->allocated = al;
     tsd->deallocated = de;
     tsd->tcache = &tcache_empty;
-    tsd->state = TSD_NOCACHE;
+    tsd->state = TSD_NOMINAL;
     tcache_flush_all(tc);
     tcache_retire(tc);
-  } else if (tsd->state == TSD_NOMINAL) {
-    tsd->state = TSD_NOCACHE;
   }
+  if (tsd_key_ready) pthread_setspecific(tsd_key, &tcache_empty);
+}
+
+/* Explicit caches (tcache.create): jemalloc's tcaches. A cache is used by one thread at a
+ * time, whichever; the table and the free indices are guarded by tcache_list_lock. */
+static tcache_t *tcaches[TCACHES_MAX];
+static unsigned tcaches_free[TCACHES_MAX], tcaches_nfree, tcaches_next;
+static tcache_t *tcaches_pool; /* structures of destroyed caches */
+
+tcache_t *tcache_explicit(unsigned ind) {
+  return ind < TCACHES_MAX ? __atomic_load_n(&tcaches[ind], __ATOMIC_ACQUIRE) : NULL;
+}
+
+/* 0, or EFAULT when every index is taken (jemalloc's code), EAGAIN without memory. */
+int tcache_explicit_create(unsigned *ind) {
+  tsd_t *tsd = &strata_tsd;
+  arena_t *a = tsd->arena != NULL && !tsd->arena->user ? tsd->arena : arena_get(0);
+  mtx_lock(&tcache_list_lock);
+  unsigned i;
+  if (tcaches_nfree) {
+    i = tcaches_free[--tcaches_nfree];
+  } else if (tcaches_next < TCACHES_MAX) {
+    i = tcaches_next++;
+  } else {
+    mtx_unlock(&tcache_list_lock);
+    return EFAULT;
+  }
+  tcache_t *tc = tcaches_pool;
+  if (tc) tcaches_pool = tc->next;
+  mtx_unlock(&tcache_list_lock);
+  if (tc == NULL && (tc = meta_alloc(sizeof(tcache_t))) == NULL) {
+    mtx_lock(&tcache_list_lock);
+    tcaches_free[tcaches_nfree++] = i;
+    mtx_unlock(&tcache_list_lock);
+    return EAGAIN;
+  }
+  tcache_reset_bins(tc);
+  tc->arena = a;
+  __atomic_store_n(&tcaches[i], tc, __ATOMIC_RELEASE);
+  *ind = i;
+  return 0;
+}
+
+/* tcache.flush and tcache.destroy: EFAULT for an index that names no cache. */
+int tcache_explicit_flush(unsigned ind, bool destroy) {
+  if (ind >= TCACHES_MAX) return EFAULT;
+  mtx_lock(&tcache_list_lock);
+  tcache_t *tc = tcaches[ind];
+  if (tc != NULL && destroy) {
+    __atomic_store_n(&tcaches[ind], NULL, __ATOMIC_RELEASE);
+    tcaches_free[tcaches_nfree++] = ind;
+  }
+  mtx_unlock(&tcache_list_lock);
+  if (tc == NULL) return EFAULT;
+  tcache_flush_all(tc);
+  if (destroy) {
+    mtx_lock(&tcache_list_lock);
+    tc->next = tcaches_pool;
+    tcaches_pool = tc;
+    mtx_unlock(&tcache_list_lock);
+  }
+  return 0;
 }
