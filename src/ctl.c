@@ -28,6 +28,7 @@ void stats_merge(stats_t *s) {
     s->large_allocated += a->large_allocated;
     s->active += a->nactive * os_page;
     s->dirty += a->dirty.npages * os_page;
+    s->muzzy += a->muzzy.npages * os_page;
     s->retained += a->retained.npages * os_page;
     s->mapped += a->mapped;
     mtx_unlock(&a->elock);
@@ -36,7 +37,7 @@ void stats_merge(stats_t *s) {
   s->metadata = meta_mapped();
   /* Retained pages are mapped but hold no memory. */
   s->mapped -= s->retained;
-  s->resident = s->active + s->dirty + s->metadata;
+  s->resident = s->active + s->dirty + s->muzzy + s->metadata; /* MADV_FREE pages may still be resident */
 }
 
 typedef enum { T_SIZE, T_U64, T_UNSIGNED, T_BOOL, T_STR } ctl_type_t;
@@ -51,6 +52,13 @@ static int ctl_read(void *oldp, size_t *oldlenp, const void *val, size_t len) {
   }
   memcpy(oldp, val, len);
   return 0;
+}
+
+/* For handlers in other modules (ctl_handler_t): read the current value, check a new
+ * one's size; the handler validates and applies it. */
+int ctl_rw(void *oldp, size_t *oldlenp, void *newp, size_t newlen, const void *val, size_t len) {
+  if (newp != NULL && newlen != len) return EINVAL;
+  return ctl_read(oldp, oldlenp, val, len);
 }
 
 enum {
@@ -151,9 +159,71 @@ static size_t ctl_lookup(const char *name) {
 }
 
 
+/* Names served by other modules' handlers; '#' is a numeric component, passed in the
+ * mib at its position. MIB: {N_COUNT + row, components...}. */
+static const struct {
+  const char *name;
+  ctl_handler_t *fn;
+} ctl_ext[] = {
+    {"arena.#.decay", ctl_arena_decay},
+    {"arena.#.purge", ctl_arena_purge},
+    {"arena.#.dirty_decay_ms", ctl_arena_dirty_decay_ms},
+    {"arena.#.muzzy_decay_ms", ctl_arena_muzzy_decay_ms},
+    {"arenas.dirty_decay_ms", ctl_arenas_dirty_decay_ms},
+    {"arenas.muzzy_decay_ms", ctl_arenas_muzzy_decay_ms},
+    {"opt.dirty_decay_ms", ctl_opt_dirty_decay_ms},
+    {"opt.muzzy_decay_ms", ctl_opt_muzzy_decay_ms},
+    {"opt.background_thread", ctl_opt_background_thread},
+    {"opt.max_background_threads", ctl_opt_max_background_threads},
+    {"opt.thp", ctl_opt_thp},
+    {"opt.metadata_thp", ctl_opt_metadata_thp},
+    {"opt.limit_headroom", ctl_opt_limit_headroom},
+    {"background_thread", ctl_background_thread},
+    {"max_background_threads", ctl_max_background_threads},
+    {"stats.background_thread.num_threads", ctl_stats_bg_num_threads},
+    {"stats.background_thread.num_runs", ctl_stats_bg_num_runs},
+    {"stats.background_thread.run_interval", ctl_stats_bg_run_interval},
+    {"stats.arenas.#.pdirty", ctl_stats_arena_pdirty},
+    {"stats.arenas.#.pmuzzy", ctl_stats_arena_pmuzzy},
+    {"stats.mem_limit", ctl_stats_mem_limit},
+    {"stats.mem_limit_purges", ctl_stats_mem_limit_purges},
+};
+#define CTL_EXT_N (sizeof(ctl_ext) / sizeof(ctl_ext[0]))
+#define CTL_MIB_MAX 8
+
+/* Row of name in ctl_ext and its MIB (*miblen components), or CTL_EXT_N. */
+static size_t ctl_ext_lookup(const char *name, size_t *mib, size_t *miblen) {
+  for (size_t r = 0; r < CTL_EXT_N; r++) {
+    const char *p = ctl_ext[r].name, *n = name;
+    size_t comp = 0;
+    bool ok = true;
+    mib[0] = N_COUNT + r;
+    while (ok && *p) {
+      if (*p == '#') {
+        size_t v = 0, digits = 0;
+        for (; *n >= '0' && *n <= '9' && digits < 10; n++, digits++) v = v * 10 + (size_t)(*n - '0');
+        ok = digits > 0 && comp < CTL_MIB_MAX;
+        if (ok) mib[comp] = v;
+        p++;
+      } else {
+        ok = *p == *n;
+        if (*p == '.') comp++;
+        p++, n++;
+      }
+    }
+    if (ok && *n == '\0') {
+      *miblen = comp + 1;
+      return r;
+    }
+  }
+  return CTL_EXT_N;
+}
+
 __attribute__((visibility("default"))) int strata_mallctl(const char *name, void *oldp, size_t *oldlenp,
                                                           void *newp, size_t newlen) {
   if (name == NULL) return EINVAL;
+  size_t mib[CTL_MIB_MAX], miblen, r = ctl_ext_lookup(name, mib, &miblen);
+  if (r < CTL_EXT_N) return ctl_ext[r].fn(mib, miblen, oldp, oldlenp, newp, newlen);
   size_t i = ctl_lookup(name);
   if (i == N_COUNT) return ENOENT;
   return ctl_by_index(i, oldp, oldlenp, newp, newlen);
@@ -162,6 +232,13 @@ __attribute__((visibility("default"))) int strata_mallctl(const char *name, void
 __attribute__((visibility("default"))) int strata_mallctlnametomib(const char *name, size_t *mibp,
                                                                   size_t *miblenp) {
   if (name == NULL || mibp == NULL || miblenp == NULL || *miblenp < 1) return EINVAL;
+  size_t mib[CTL_MIB_MAX], miblen, r = ctl_ext_lookup(name, mib, &miblen);
+  if (r < CTL_EXT_N) {
+    if (*miblenp < miblen) return EINVAL;
+    memcpy(mibp, mib, miblen * sizeof(size_t));
+    *miblenp = miblen;
+    return 0;
+  }
   size_t i = ctl_lookup(name);
   if (i == N_COUNT) return ENOENT;
   mibp[0] = i;
@@ -171,6 +248,8 @@ __attribute__((visibility("default"))) int strata_mallctlnametomib(const char *n
 
 __attribute__((visibility("default"))) int strata_mallctlbymib(const size_t *mib, size_t miblen, void *oldp,
                                                               size_t *oldlenp, void *newp, size_t newlen) {
+  if (mib != NULL && miblen >= 1 && mib[0] >= N_COUNT && mib[0] - N_COUNT < CTL_EXT_N)
+    return ctl_ext[mib[0] - N_COUNT].fn(mib, miblen, oldp, oldlenp, newp, newlen);
   if (mib == NULL || miblen != 1 || mib[0] >= N_COUNT) return ENOENT;
   return ctl_by_index(mib[0], oldp, oldlenp, newp, newlen);
 }

@@ -1,7 +1,7 @@
 /*
  * extent.c - page extents of one arena: spans of whole pages that split on allocation
  * and coalesce with free neighbours on release. Free extents are kept by state (dirty:
- * freed and resident; retained: address space without memory) in buckets of page
+ * freed and resident; muzzy: purged lazily; retained: address space without memory) in buckets of page
  * count (4 per doubling), each a pairing heap by address, so the fit is near-best by
  * size and lowest address first. Neighbours are found through the rtree. Everything
  * here runs under the arena's elock.
@@ -17,6 +17,8 @@ _Static_assert(sizeof(edata_t) % 16 == 0, "edata must keep the rtree's low point
 #define GROW_MIN ((size_t)2 << 20)
 #define GROW_MAX ((size_t)64 << 20)
 #define EDATA_BATCH 64
+
+size_t extent_resident_pages;
 
 /* ---------------------------------------------------------------- pairing heap */
 static inline uintptr_t ph_key(ph_node_t *n) { return ph_edata(n)->addr; }
@@ -136,7 +138,7 @@ void extent_deregister_interior(edata_t *e) {
 /* ---------------------------------------------------------------- extent sets */
 static void eset_insert(eset_t *es, edata_t *e) {
   sassert(e->size > 0 && e->size % os_page == 0 && e->addr % os_page == 0);
-  sassert(e->state == ES_DIRTY || e->state == ES_RETAINED);
+  sassert(e->state == ES_DIRTY || e->state == ES_MUZZY || e->state == ES_RETAINED);
   size_t np = e->size / os_page;
   unsigned b = psz_floor(np);
   e->bucket = (uint8_t)b;
@@ -165,7 +167,9 @@ static edata_t *eset_fit(eset_t *es, size_t np) {
   return NULL;
 }
 
-static void lru_append(arena_t *a, edata_t *e) {
+/* The purge order of the dirty and muzzy sets (the retained set keeps none). */
+/* The purge order of the dirty and muzzy sets (the retained set keeps none). */
+static void lru_append(eset_t *a, edata_t *e) {
   e->lru_next = NULL;
   e->lru_prev = a->lru_tail;
   if (a->lru_tail) {
@@ -176,7 +180,7 @@ static void lru_append(arena_t *a, edata_t *e) {
   a->lru_tail = e;
 }
 
-static void lru_insert_after(arena_t *a, edata_t *pos, edata_t *e) {
+static void lru_insert_after(eset_t *a, edata_t *pos, edata_t *e) {
   e->lru_prev = pos;
   e->lru_next = pos->lru_next;
   if (pos->lru_next) {
@@ -187,7 +191,7 @@ static void lru_insert_after(arena_t *a, edata_t *pos, edata_t *e) {
   pos->lru_next = e;
 }
 
-static void lru_remove(arena_t *a, edata_t *e) {
+static void lru_remove(eset_t *a, edata_t *e) {
   if (e->lru_prev) {
     e->lru_prev->lru_next = e->lru_next;
   } else {
@@ -201,7 +205,10 @@ static void lru_remove(arena_t *a, edata_t *e) {
   e->lru_next = e->lru_prev = NULL;
 }
 
-static eset_t *eset_of(arena_t *a, unsigned state) { return state == ES_DIRTY ? &a->dirty : &a->retained; }
+static eset_t *eset_of(arena_t *a, unsigned state) {
+  return state == ES_DIRTY ? &a->dirty : state == ES_MUZZY ? &a->muzzy : &a->retained;
+}
+static inline bool has_lru(unsigned state) { return state != ES_RETAINED; }
 
 /* A neighbour can merge when it is a free extent of this arena in the same state. The
  * arena check comes first: edata never change arena, so reading arena_ind of another
@@ -222,7 +229,7 @@ static void extent_insert_free(arena_t *a, edata_t *e, unsigned state) {
     edata_t *n = mergeable(a, rtree_read(e->addr - GRAN), state);
     if (n && n->addr + n->size == e->addr) {
       eset_remove(es, n);
-      if (state == ES_DIRTY) lru_remove(a, n);
+      if (has_lru(state)) lru_remove(es, n);
       rtree_write(last_gran(n), 0);
       rtree_write(e->addr, 0);
       e->addr = n->addr;
@@ -234,7 +241,7 @@ static void extent_insert_free(arena_t *a, edata_t *e, unsigned state) {
   edata_t *n = mergeable(a, rtree_read(e->addr + e->size), state);
   if (n && n->addr == e->addr + e->size) {
     eset_remove(es, n);
-    if (state == ES_DIRTY) lru_remove(a, n);
+    if (has_lru(state)) lru_remove(es, n);
     rtree_write(last_gran(e), 0);
     rtree_write(n->addr, 0);
     e->size += n->size;
@@ -243,9 +250,9 @@ static void extent_insert_free(arena_t *a, edata_t *e, unsigned state) {
   }
   extent_register(e, 0, false);
   eset_insert(es, e);
-  if (state == ES_DIRTY) {
+  if (has_lru(state)) {
     e->dirty_ns = decay_now();
-    lru_append(a, e);
+    lru_append(es, e);
   }
 }
 
@@ -265,6 +272,7 @@ static bool extent_grow(arena_t *a, size_t need) {
     edata_put(a, e);
     return true;
   }
+  os_thp_apply(p, size, false);
   if (rtree_ensure((uintptr_t)p, size)) {
     os_unmap(p, size);
     edata_put(a, e);
@@ -285,6 +293,10 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   size_t np = search / os_page;
   unsigned state = ES_DIRTY;
   edata_t *f = eset_fit(&a->dirty, np);
+  if (f == NULL && a->muzzy.npages) {
+    state = ES_MUZZY;
+    f = eset_fit(&a->muzzy, np);
+  }
   if (f == NULL) {
     state = ES_RETAINED;
     f = eset_fit(&a->retained, np);
@@ -314,7 +326,7 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     l->dirty_ns = f->dirty_ns;
     extent_register(l, 0, false);
     eset_insert(es, l);
-    if (state == ES_DIRTY) lru_insert_after(a, f, l);
+    if (has_lru(state)) lru_insert_after(es, f, l);
   }
   if (t) {
     t->addr = body + size;
@@ -324,14 +336,19 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     t->dirty_ns = f->dirty_ns;
     extent_register(t, 0, false);
     eset_insert(es, t);
-    if (state == ES_DIRTY) lru_insert_after(a, f, t);
+    if (has_lru(state)) lru_insert_after(es, f, t);
   }
-  if (state == ES_DIRTY) lru_remove(a, f);
+  if (has_lru(state)) lru_remove(es, f);
   f->addr = body;
   f->size = size;
   f->state = ES_ACTIVE;
+  if (state == ES_MUZZY) f->zeroed = 0; /* MADV_FREE pages may keep their contents */
   sassert(f->addr % align == 0);
   a->nactive += size / os_page;
+  if (state == ES_RETAINED) {
+    __atomic_fetch_add(&extent_resident_pages, size / os_page, __ATOMIC_RELAXED);
+    limit_check(a);
+  }
   return f;
 }
 
@@ -346,6 +363,7 @@ bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size) {
   size_t need = new_size - e->size;
   uint64_t ent = rtree_read(e->addr + e->size);
   edata_t *n = mergeable(a, ent, ES_DIRTY);
+  if (n == NULL) n = mergeable(a, ent, ES_MUZZY);
   if (n == NULL) n = mergeable(a, ent, ES_RETAINED);
   if (n == NULL || n->addr != e->addr + e->size || n->size < need) return true;
   unsigned state = n->state;
@@ -359,11 +377,16 @@ bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size) {
     extent_register(n, 0, false);
     eset_insert(es, n); /* same place in the purge order */
   } else {
-    if (state == ES_DIRTY) lru_remove(a, n);
+    if (has_lru(state)) lru_remove(es, n);
     edata_put(a, n);
   }
   e->size = new_size;
   a->nactive += need / os_page;
+  if (state == ES_MUZZY) e->zeroed = 0;
+  if (state == ES_RETAINED) {
+    __atomic_fetch_add(&extent_resident_pages, need / os_page, __ATOMIC_RELAXED);
+    limit_check(a);
+  }
   return false;
 }
 
@@ -378,16 +401,18 @@ void extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size) {
   arena_note_dirty(a);
 }
 
-size_t extent_purge(arena_t *a, size_t target_pages) {
+size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool lazy) {
+  eset_t *es = eset_of(a, from);
+  lazy = lazy && from == ES_DIRTY;
   size_t purged = 0;
-  while (a->dirty.npages > target_pages && a->lru_head != NULL) {
-    /* Take a batch out of the dirty set (oldest first), purge it without the lock. */
+  while (es->npages > target_pages && es->lru_head != NULL) {
+    /* Take a batch out of the set (oldest first), purge it without the lock. */
     edata_t *batch = NULL;
     size_t n = 0;
-    while (a->dirty.npages > target_pages && a->lru_head != NULL && n < 64) {
-      edata_t *e = a->lru_head;
-      eset_remove(&a->dirty, e);
-      lru_remove(a, e);
+    while (es->npages > target_pages && es->lru_head != NULL && n < 64) {
+      edata_t *e = es->lru_head;
+      eset_remove(es, e);
+      lru_remove(es, e);
       e->state = ES_PURGING;
       e->lru_next = batch;
       batch = e;
@@ -395,7 +420,9 @@ size_t extent_purge(arena_t *a, size_t target_pages) {
     }
     mtx_unlock(&a->elock);
     for (edata_t *e = batch; e; e = e->lru_next) {
-      if (opt.retain) {
+      if (lazy) {
+        os_purge_lazy((void *)e->addr, e->size);
+      } else if (opt.retain) {
         os_purge((void *)e->addr, e->size);
       } else {
         os_unmap((void *)e->addr, e->size);
@@ -406,9 +433,15 @@ size_t extent_purge(arena_t *a, size_t target_pages) {
       edata_t *e = batch;
       batch = e->lru_next;
       purged += e->size / os_page;
-      a->npurged += e->size / os_page;
       rtree_write(e->addr, 0);
       rtree_write(last_gran(e), 0);
+      if (lazy) { /* still counted resident: the kernel takes MADV_FREE pages only when it must */
+        e->zeroed = 0;
+        extent_insert_free(a, e, ES_MUZZY);
+        continue;
+      }
+      a->npurged += e->size / os_page;
+      __atomic_fetch_sub(&extent_resident_pages, e->size / os_page, __ATOMIC_RELAXED);
       if (opt.retain) {
         e->zeroed = 1;
         extent_insert_free(a, e, ES_RETAINED);

@@ -133,6 +133,7 @@ unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n) {
   bin->nmalloc += got;
   bin->nfills++;
   mtx_unlock(&bin->lock);
+  arena_maybe_purge(a); /* a new slab may have brought the container-limit purge due */
   return got;
 }
 

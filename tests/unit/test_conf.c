@@ -83,7 +83,7 @@ static void test_later_settings_win_and_errors_do_not_stop_parsing(void) {
 static void test_jemalloc_options_not_yet_supported_are_noted(void) {
   opt_t o = opt;
   char msg[2048];
-  int p = parse_capture(&o, "background_thread:true", msg, sizeof(msg));
+  int p = parse_capture(&o, "percpu_arena:percpu", msg, sizeof(msg));
   CHECK_EQ(p, 0);
   CHECK(strstr(msg, "not supported yet") != NULL);
 }
