@@ -145,13 +145,8 @@ static int ctl_by_index(size_t i, void *oldp, size_t *oldlenp, void *newp, size_
   return ENOENT;
 }
 
-/* jemalloc spells "purge every arena" as arena.<narenas>.purge (MALLCTL_ARENAS_ALL). */
+/* arena.<i>.purge is in ctl_ext (decay.c). */
 static size_t ctl_lookup(const char *name) {
-  if (strncmp(name, "arena.", 6) == 0) {
-    const char *dot = strchr(name + 6, '.');
-    if (dot && strcmp(dot, ".purge") == 0) return N_ARENAS_PURGE;
-    return N_COUNT;
-  }
   for (size_t i = 0; i < N_COUNT; i++) {
     if (strcmp(ctl_names[i], name) == 0) return i;
   }
