@@ -78,10 +78,16 @@ size_t decay_step(decay_t *d, size_t npages, uint64_t now) {
   return (double)npages > limit ? (size_t)limit : npages;
 }
 
+/* While the set holds pages, or held some within the last decay time (the backlog is not
+ * empty yet), the next step; else never. Keeping a recently busy arena on the clock for
+ * one decay time costs its thread a wake-up per step, but spares the application threads
+ * a wake-up call every time the set empties and fills again (wl_server). */
 uint64_t decay_deadline(const decay_t *d, size_t npages) {
   int64_t ms = decay_ms(d);
-  if (npages == 0 || ms <= 0) return UINT64_MAX; /* 0 purges at once, -1 never */
-  return d->epoch_ns + step_ns(ms);
+  if (ms <= 0) return UINT64_MAX; /* 0 purges at once, -1 never */
+  bool recent = npages != 0;
+  for (unsigned k = 0; k < DECAY_STEPS && !recent; k++) recent = d->backlog[k] != 0;
+  return recent ? d->epoch_ns + step_ns(ms) : UINT64_MAX;
 }
 
 /* Both stages, elock held (dropped around madvise by extent_purge). */

@@ -36,6 +36,12 @@ static void test_decay_zero_and_never(void) {
   decay_init(&d, 1000, 7 * MS);
   CHECK_EQ(decay_deadline(&d, 0), UINT64_MAX);       /* nothing in the set: no wake-up */
   CHECK_EQ(decay_deadline(&d, 1), 7 * MS + 10 * MS); /* else the next step */
+  CHECK_EQ(decay_step(&d, 10, 17 * MS), 10);
+  d.nunpurged = 10;
+  /* Emptied (the pages were reused): still on the clock until a decay time passes. */
+  CHECK(decay_deadline(&d, 0) != UINT64_MAX);
+  decay_step(&d, 0, 2000 * MS);
+  CHECK_EQ(decay_deadline(&d, 0), UINT64_MAX);
 }
 
 /* A large block freed into arena a: its pages become dirty. */
