@@ -307,7 +307,7 @@ def main() -> int:
         data = {**{k: v for k, v in prev.items() if k not in only}, **data}
 
     def save():
-        old.write_text(json.dumps(data, indent=1))
+        old.write_text(json.dumps(data, separators=(",", ":")) + "\n")
     if "memreturn" in only:
         data["memreturn"] = memreturn(args, build, bin_dir)
         plot(data["memreturn"], out / "rss_memreturn.png")
