@@ -8,8 +8,10 @@
   server     wl_server's p99.9 latency with and without background threads
   container  the smallest memory cgroup limit each allocator survives under limit_phases,
              as a multiple of the live data and of one phase's peak
+  thp        thp_random (random read-modify-writes over a 512 MiB block) under strata and
+             jemalloc with thp:default and thp:always: time and AnonHugePages
 
-  bench/memory_return.py [--build-dir build] [--out DIR] [--only memreturn,idle,server,container]
+  bench/memory_return.py [--build-dir build] [--out DIR] [--only memreturn,idle,server,container,thp]
                          [--preset default|tiny] [--live-mib 128]
 
 Writes DIR/results.json, DIR/report.md and DIR/rss_memreturn.png (default
@@ -213,6 +215,25 @@ def container(args, build: Path, lp: Path) -> dict:
     return res
 
 
+def thp(args, build: Path, bin_dir: Path) -> dict:
+    vs = [(f"{a.name} thp:{mode}", a.preload(), f"thp:{mode}") for a in discover(build)
+          if a.available and a.name in ("jemalloc", "strata") for mode in ("default", "always")]
+    runs: dict[str, list] = {v[0]: [] for v in vs}
+    for _ in range(args.rounds):
+        for label, preload, conf in vs:
+            p = subprocess.run([str(bin_dir / "thp_random"), "512", "10"], env=env_for(preload, conf),
+                               capture_output=True, text=True, timeout=600)
+            if p.returncode != 0:
+                raise RuntimeError(f"{label}: thp_random exit {p.returncode}: {p.stderr[-300:]}")
+            runs[label].append(json.loads(p.stdout.strip().splitlines()[-1]))
+    res = {"mode": Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text().strip()}
+    for label, rs in runs.items():
+        rs.sort(key=lambda r: r["access_seconds"])
+        res[label] = {"median": rs[len(rs) // 2], "runs": rs}
+        print(f"thp: {label} {res[label]['median']['ns_per_access']} ns/access", file=sys.stderr)
+    return res
+
+
 def plot(res: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -276,6 +297,17 @@ def report(data: dict, out: Path) -> str:
                     L.append(f"| {k} | {r['phase_peak_factor']} | {r['smallest_factor']} | "
                              f"{r['smallest_over_phase_peak']} |")
             L.append("")
+    if "thp" in data:
+        t = data["thp"]
+        L += ["## Transparent huge pages: random access over a 512 MiB block (median of rounds)", "",
+              f"Kernel THP mode: {t['mode']}.", "",
+              "| allocator, option | ns per access | touch (s) | AnonHugePages (MiB) |", "|---|---:|---:|---:|"]
+        for k, r in t.items():
+            if k == "mode":
+                continue
+            m = r["median"]
+            L.append(f"| {k} | {m['ns_per_access']} | {m['touch_seconds']} | {m['anon_huge_kb'] / 1024:.0f} |")
+        L.append("")
     text = "\n".join(L)
     (out / "report.md").write_text(text)
     return text
@@ -285,7 +317,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build-dir", default=str(ROOT / "build"))
     ap.add_argument("--out")
-    ap.add_argument("--only", default="memreturn,idle,server,container")
+    ap.add_argument("--only", default="memreturn,idle,server,container,thp")
     ap.add_argument("--preset", default="default")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--live-mib", type=int, default=128)
@@ -320,6 +352,9 @@ def main() -> int:
         save()
     if "container" in only:
         data["container"] = container(args, build, build / "tests" / "limit_phases")
+        save()
+    if "thp" in only:
+        data["thp"] = thp(args, build, bin_dir)
         save()
     print(report(data, out))
     return 0
