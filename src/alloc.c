@@ -68,6 +68,7 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
   }
 done:
   tsd->reentrant = 0;
+  if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
   if (likely(p != NULL)) {
     if (ind <= SZ_NSMALL) TAG_WORD(p) = 0; /* allocated: untagged */
     tsd->allocated += usize;
@@ -144,6 +145,7 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
         tcache_dalloc_hard(tc, ind, p);
       }
       tsd->reentrant = 0;
+      if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
       return;
     }
   }
@@ -165,6 +167,9 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
     arena_large_dalloc(ed);
   }
   tsd->reentrant = 0;
+  /* Background threads are created here, with no strata state in progress on this
+   * thread (pthread_create may call malloc). */
+  if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
 }
 
 /* ---------------------------------------------------------------- malloc / free */

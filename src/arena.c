@@ -31,7 +31,10 @@ arena_t *arena_get(unsigned ind) {
       a->ind = ind;
       a->huge = (ind == narenas);
       a->grow_next = (size_t)2 << 20;
-      a->created_ns = decay_now();
+      uint64_t now = decay_now();
+      decay_init(&a->ddecay, __atomic_load_n(&arenas_dirty_decay_ms, __ATOMIC_RELAXED), now);
+      decay_init(&a->mdecay, __atomic_load_n(&arenas_muzzy_decay_ms, __ATOMIC_RELAXED), now);
+      a->created_ns = now;
       __atomic_store_n(&arenas[ind], a, __ATOMIC_RELEASE);
     }
   }
@@ -82,6 +85,7 @@ void *arena_large_alloc(arena_t *a, size_t usize, size_t align, bool zero) {
     zeroed = e->zeroed;
   }
   mtx_unlock(&a->elock);
+  arena_maybe_purge(a); /* a limit purge, if taking these pages brought one due */
   if (e == NULL) return NULL;
   if (zero && !zeroed) memset((void *)e->addr, 0, usize);
   return (void *)e->addr;
@@ -122,7 +126,7 @@ bool arena_large_resize(edata_t *e, size_t usize) {
     a->large_allocated += usize - old_usize;
   }
   mtx_unlock(&a->elock);
-  if (shrink) arena_maybe_purge(a);
+  arena_maybe_purge(a); /* decay after a shrink, the limit after a growth */
   return fail;
 }
 
@@ -142,6 +146,12 @@ void *arena_large_remap(edata_t *e, size_t usize) {
   rtree_write(e->addr, 0);
   rtree_write(e->addr + e->size - GRAN, 0);
   a->mapped += esize - e->size; /* the old range went back to the kernel with the move */
+  if (esize >= e->size) {
+    __atomic_fetch_add(&extent_resident_pages, (esize - e->size) / os_page, __ATOMIC_RELAXED);
+    limit_check(a);
+  } else {
+    __atomic_fetch_sub(&extent_resident_pages, (e->size - esize) / os_page, __ATOMIC_RELAXED);
+  }
   a->nactive += esize / os_page - e->size / os_page;
   a->large_allocated += usize - sz_size[e->szind];
   lext_count(a->lext_ndalloc, e->szind);
@@ -151,6 +161,7 @@ void *arena_large_remap(edata_t *e, size_t usize) {
   lext_count(a->lext_nmalloc, e->szind);
   extent_register(e, e->szind, false);
   mtx_unlock(&a->elock);
+  arena_maybe_purge(a);
   return p;
 }
 
@@ -160,9 +171,7 @@ size_t arena_purge_all(void) {
     arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
     if (a == NULL) continue;
     for (unsigned b = 1; b <= SZ_NSMALL; b++) bin_release_spare(a, b);
-    mtx_lock(&a->elock);
-    purged += extent_purge(a, 0);
-    mtx_unlock(&a->elock);
+    purged += arena_purge(a);
   }
   return purged;
 }

@@ -149,9 +149,9 @@ int au_arenas_create(const size_t *mib, size_t miblen, void *oldp, size_t *oldle
   mtx_lock(&a->elock);
   a->user = 1;
   a->grow_next = (size_t)2 << 20;
-  a->decay_epoch_ns = 0;
-  a->decay_nunpurged = 0;
-  memset(a->decay_backlog, 0, sizeof(a->decay_backlog));
+  uint64_t now = decay_now();
+  decay_init(&a->ddecay, __atomic_load_n(&arenas_dirty_decay_ms, __ATOMIC_RELAXED), now);
+  decay_init(&a->mdecay, __atomic_load_n(&arenas_muzzy_decay_ms, __ATOMIC_RELAXED), now);
   __atomic_store_n(&a->hooks, h, __ATOMIC_RELEASE);
   __atomic_store_n(&a->destroyed, 0, __ATOMIC_RELEASE);
   mtx_unlock(&a->elock);
@@ -175,7 +175,8 @@ static int reset_destroy(const size_t *mib, void *oldp, size_t *oldlenp, void *n
     return 0;
   }
   /* Purge what the hooks allow, then hand every page back (destroy hook or munmap). */
-  extent_purge(a, 0);
+  extent_purge(a, ES_DIRTY, 0, false);
+  extent_purge(a, ES_MUZZY, 0, false);
   extent_destroy_all(a);
   arena_counts_t c;
   counts_read(a, &c, true);

@@ -23,6 +23,12 @@ opt_t opt = {
     .confirm_conf = false,
     .dirty_decay_ms = 10000, /* jemalloc's default */
     .stats_interval_ms = 10000, /* Prometheus' usual scrape interval is 15 s or more */
+    .muzzy_decay_ms = 0,     /* jemalloc 5.3's default */
+    .background_thread = false,
+    .max_background_threads = 0,
+    .thp = THP_DEFAULT,
+    .metadata_thp = MTHP_DISABLED,
+    .limit_headroom = 0,
 };
 
 extern const char *malloc_conf __attribute__((weak));
@@ -32,10 +38,10 @@ extern char **environ;
 
 static const char *const known_keys =
     "narenas, tcache, tcache_max, oversize_threshold, retain, junk, zero, abort, abort_conf, confirm_conf, "
-    "dirty_decay_ms, stats_print, stats_print_opts, stats_file, stats_interval_ms, stats_metrics_detail";
+    "dirty_decay_ms, muzzy_decay_ms, background_thread, max_background_threads, thp, metadata_thp, "
+    "limit_headroom, stats_print, stats_print_opts, stats_file, stats_interval_ms, stats_metrics_detail";
 /* jemalloc options a later version of strata implements: accepted and ignored, with a note. */
-static const char *const later_keys[] = {"muzzy_decay_ms", "background_thread",
-                                         "thp", "metadata_thp", "percpu_arena", "prof", "prof_active",
+static const char *const later_keys[] = {"percpu_arena", "prof", "prof_active",
                                          "lg_prof_sample", "lg_prof_interval", "prof_prefix",
                                          "lg_tcache_max", NULL};
 
@@ -137,11 +143,12 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
         report("invalid value", k, klen, v, vlen, source, "bytes, e.g. 8388608 or 8M; 0 disables");
         problems++;
       }
-    } else if (key_is(k, klen, "dirty_decay_ms")) {
+    } else if (key_is(k, klen, "dirty_decay_ms") || key_is(k, klen, "muzzy_decay_ms")) {
+      int64_t *dst = key_is(k, klen, "dirty_decay_ms") ? &o->dirty_decay_ms : &o->muzzy_decay_ms;
       if (vlen == 2 && memcmp(v, "-1", 2) == 0) {
-        o->dirty_decay_ms = -1;
+        *dst = -1;
       } else if (parse_size(v, vlen, (uint64_t)1 << 40, &x) && x == (uint64_t)(int64_t)x) {
-        o->dirty_decay_ms = (int64_t)x;
+        *dst = (int64_t)x;
       } else {
         report("invalid value", k, klen, v, vlen, source, "milliseconds >= 0, or -1 to never purge by age");
         problems++;
@@ -169,6 +176,42 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
         report("invalid value", k, klen, v, vlen, source, "milliseconds from 10 to 2^40");
         problems++;
       }
+    } else if (key_is(k, klen, "max_background_threads")) {
+      if (parse_size(v, vlen, MAX_NARENAS + 1, &x) && x >= 1) {
+        o->max_background_threads = (unsigned)x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "an integer from 1 to 4096");
+        problems++;
+      }
+    } else if (key_is(k, klen, "limit_headroom")) {
+      if (parse_size(v, vlen, (uint64_t)1 << 50, &x)) {
+        o->limit_headroom = x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "bytes, e.g. 67108864 or 64M; 0 for 1/32 of the limit");
+        problems++;
+      }
+    } else if (key_is(k, klen, "thp")) {
+      if (vlen == 7 && memcmp(v, "default", 7) == 0) {
+        o->thp = THP_DEFAULT;
+      } else if (vlen == 6 && memcmp(v, "always", 6) == 0) {
+        o->thp = THP_ALWAYS;
+      } else if (vlen == 5 && memcmp(v, "never", 5) == 0) {
+        o->thp = THP_NEVER;
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "default, always, never");
+        problems++;
+      }
+    } else if (key_is(k, klen, "metadata_thp")) {
+      if (vlen == 8 && memcmp(v, "disabled", 8) == 0) {
+        o->metadata_thp = MTHP_DISABLED;
+      } else if (vlen == 4 && memcmp(v, "auto", 4) == 0) {
+        o->metadata_thp = MTHP_AUTO;
+      } else if (vlen == 6 && memcmp(v, "always", 6) == 0) {
+        o->metadata_thp = MTHP_ALWAYS;
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "disabled, auto, always");
+        problems++;
+      }
     } else if (key_is(k, klen, "junk")) {
       if (vlen == 4 && memcmp(v, "true", 4) == 0) {
         o->junk = JUNK_ALLOC | JUNK_FREE;
@@ -191,6 +234,7 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
                   : key_is(k, klen, "confirm_conf") ? &o->confirm_conf
                   : key_is(k, klen, "stats_print")  ? &o->stats_print
                   : key_is(k, klen, "stats_metrics_detail") ? &o->stats_metrics_detail
+                  : key_is(k, klen, "background_thread") ? &o->background_thread
                                                     : NULL;
       if (dst) {
         if (parse_bool(v, vlen, &b)) {
@@ -234,7 +278,9 @@ static const char *env_get(const char *name, char *buf, size_t cap) {
 }
 
 void conf_print(const opt_t *o) {
-  char a[24], b[24], c[24], d[24];
+  char a[24], b[24], c[24], d[24], e[24], f[24], g[24];
+  static const char *const thp[] = {"default", "always", "never"};
+  static const char *const mthp[] = {"disabled", "auto", "always"};
   const char *junk = o->junk == (JUNK_ALLOC | JUNK_FREE) ? "true"
                      : o->junk == JUNK_ALLOC             ? "alloc"
                      : o->junk == JUNK_FREE              ? "free"
@@ -249,8 +295,14 @@ void conf_print(const opt_t *o) {
                          ",abort:", o->abort ? "true" : "false",
                          ",abort_conf:", o->abort_conf ? "true" : "false",
                          ",dirty_decay_ms:", o->dirty_decay_ms < 0 ? "-1" : fmt_u64(d, (uint64_t)o->dirty_decay_ms),
+                         ",muzzy_decay_ms:", o->muzzy_decay_ms < 0 ? "-1" : fmt_u64(e, (uint64_t)o->muzzy_decay_ms),
+                         ",background_thread:", o->background_thread ? "true" : "false",
+                         ",max_background_threads:",
+                         fmt_u64(f, o->max_background_threads ? o->max_background_threads : os_ncpus),
+                         ",thp:", thp[o->thp], ",metadata_thp:", mthp[o->metadata_thp],
+                         ",limit_headroom:", fmt_u64(g, o->limit_headroom),
                          ",confirm_conf:true\n"};
-  msg_parts(parts, 21);
+  msg_parts(parts, (int)(sizeof(parts) / sizeof(parts[0])));
 }
 
 void conf_init(void) {

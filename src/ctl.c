@@ -111,6 +111,9 @@ static void snap_read_arena(arena_t *a, ctl_arena_stats_t *s) {
   s->uptime = decay_now() - a->created_ns;
   s->pactive = a->nactive;
   s->pdirty = a->dirty.npages;
+  s->pmuzzy = a->muzzy.npages;
+  s->dirty_decay_ms = (ssize_t)decay_ms(&a->ddecay);
+  s->muzzy_decay_ms = (ssize_t)decay_ms(&a->mdecay);
   s->retained = a->retained.npages * os_page;
   s->mapped = a->mapped - s->retained;
   s->dirty_npurge = a->npurge_passes;
@@ -128,6 +131,8 @@ static void snap_read_arena(arena_t *a, ctl_arena_stats_t *s) {
     s->ext[j].dirty_bytes = a->dirty.bpages[j] * os_page;
     s->ext[j].nretained = a->retained.nextents[j];
     s->ext[j].retained_bytes = a->retained.bpages[j] * os_page;
+    s->ext[j].nmuzzy = a->muzzy.nextents[j];
+    s->ext[j].muzzy_bytes = a->muzzy.bpages[j] * os_page;
   }
   mutex_read(&a->elock, &s->mutexes[0]);
   mtx_unlock(&a->elock);
@@ -135,8 +140,6 @@ static void snap_read_arena(arena_t *a, ctl_arena_stats_t *s) {
 
 /* Sums and derived fields of one arena's record (also of the merged one). */
 static void snap_finish(ctl_arena_stats_t *s) {
-  s->dirty_decay_ms = (ssize_t)opt.dirty_decay_ms;
-  s->muzzy_decay_ms = 0; /* strata purges with MADV_DONTNEED: nothing is ever muzzy */
   s->small = (ctl_class_stats_t){0};
   for (unsigned b = 0; b < SZ_NSMALL; b++) {
     ctl_bin_stats_t *o = &s->bins[b];
@@ -154,7 +157,7 @@ static void snap_finish(ctl_arena_stats_t *s) {
     l->curlextents = (size_t)(l->nmalloc - l->ndalloc);
   }
   s->large.nrequests = s->large.nmalloc;
-  s->resident = (s->pactive + s->pdirty) * os_page + s->base + s->internal;
+  s->resident = (s->pactive + s->pdirty + s->pmuzzy) * os_page + s->base + s->internal;
 }
 
 static void snap_add(ctl_arena_stats_t *m, const ctl_arena_stats_t *s) {
@@ -162,7 +165,7 @@ static void snap_add(ctl_arena_stats_t *m, const ctl_arena_stats_t *s) {
   m->nthreads += s->nthreads;
   if (m->uptime < s->uptime) m->uptime = s->uptime;
 #define ADD(f) m->f += s->f
-  ADD(pactive); ADD(pdirty); ADD(mapped); ADD(retained); ADD(tcache_bytes);
+  ADD(pactive); ADD(pdirty); ADD(pmuzzy); ADD(mapped); ADD(retained); ADD(tcache_bytes);
   ADD(dirty_npurge); ADD(dirty_nmadvise); ADD(dirty_purged);
   ADD(large.allocated); ADD(large.nmalloc); ADD(large.ndalloc);
   for (unsigned b = 0; b < SZ_NSMALL; b++) {
@@ -176,7 +179,7 @@ static void snap_add(ctl_arena_stats_t *m, const ctl_arena_stats_t *s) {
     ADD(lext[j].nmalloc); ADD(lext[j].ndalloc);
   }
   for (unsigned j = 0; j < PSZ_N; j++) {
-    ADD(ext[j].ndirty); ADD(ext[j].dirty_bytes); ADD(ext[j].nretained); ADD(ext[j].retained_bytes);
+    ADD(ext[j].ndirty); ADD(ext[j].dirty_bytes); ADD(ext[j].nmuzzy); ADD(ext[j].muzzy_bytes); ADD(ext[j].nretained); ADD(ext[j].retained_bytes);
   }
 #undef ADD
 }
@@ -211,6 +214,8 @@ void ctl_refresh(void) {
   snap_merged.base = meta_mapped();
   snap_merged.uptime = snap_arenas[0] ? snap_arenas[0]->uptime : 0;
   snap_finish(&snap_merged);
+  snap_merged.dirty_decay_ms = (ssize_t)__atomic_load_n(&arenas_dirty_decay_ms, __ATOMIC_RELAXED);
+  snap_merged.muzzy_decay_ms = (ssize_t)__atomic_load_n(&arenas_muzzy_decay_ms, __ATOMIC_RELAXED);
   /* Destroyed arenas keep their counters (arena.<i>.destroy); the merged record has them
    * too, as jemalloc's does. */
   arena_counts_t dc;
@@ -259,14 +264,16 @@ void stats_merge(stats_t *s) {
     s->large_allocated += a->large_allocated;
     s->active += a->nactive * os_page;
     s->dirty += a->dirty.npages * os_page;
+    s->muzzy += a->muzzy.npages * os_page;
     s->retained += a->retained.npages * os_page;
     s->mapped += a->mapped;
     mtx_unlock(&a->elock);
   }
   s->allocated = s->small_allocated + s->large_allocated;
   s->metadata = meta_mapped();
-  s->mapped -= s->retained; /* retained pages are mapped but hold no memory */
-  s->resident = s->active + s->dirty + s->metadata;
+  /* Retained pages are mapped but hold no memory. */
+  s->mapped -= s->retained;
+  s->resident = s->active + s->dirty + s->muzzy + s->metadata; /* MADV_FREE pages may still be resident */
 }
 
 /* ---------------------------------------------------------------- value transfer */
@@ -329,6 +336,13 @@ static const void *leaf_addr(const ctl_node_t *n, const size_t *mib) {
     return (const char *)&s->ext[mib[4]] + n->off;
   }
   return NULL;
+}
+
+/* For handlers in other modules (ctl_handler_t): read the current value, check a new
+ * one's size; the handler validates and applies it. */
+int ctl_rw(void *oldp, size_t *oldlenp, void *newp, size_t newlen, const void *val, size_t len) {
+  if (newp != NULL && newlen != len) return EINVAL;
+  return ctl_copy_out(oldp, oldlenp, val, len);
 }
 
 static int leaf_read(const ctl_node_t *n, const size_t *mib, void *oldp, size_t *oldlenp, void *newp,
@@ -396,30 +410,6 @@ static int h_thread_idle(const size_t *mib, size_t miblen, void *oldp, size_t *o
   int r = h_tcache_flush(mib, miblen, oldp, oldlenp, newp, newlen);
   if (r == 0 && strata_tsd.arena) arena_maybe_purge(strata_tsd.arena);
   return r;
-}
-
-static void arena_purge_one(arena_t *a) {
-  for (unsigned b = 1; b <= SZ_NSMALL; b++) bin_release_spare(a, b);
-  mtx_lock(&a->elock);
-  extent_purge(a, 0);
-  mtx_unlock(&a->elock);
-}
-
-/* arena.<i>.purge; <i> = 4096 purges every arena (Redis's MEMORY PURGE). */
-static int h_arena_purge(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
-                         size_t newlen) {
-  (void)miblen;
-  NEITHER_READ_NOR_WRITE();
-  if (tsd_fetch() == NULL) return EAGAIN;
-  /* jemalloc also takes arenas.narenas for "all" (the pre-5.0 spelling Redis uses). */
-  if (mib[1] == CTL_ARENAS_ALL || mib[1] == ctl_narenas_total()) {
-    arena_purge_all();
-    return 0;
-  }
-  if (mib[1] > ctl_narenas_total()) return EFAULT;
-  arena_t *a = __atomic_load_n(&arenas[mib[1]], __ATOMIC_ACQUIRE);
-  if (a) arena_purge_one(a);
-  return 0;
 }
 
 /* Values computed from the configuration: one handler, the leaf picked by mib. */
@@ -583,8 +573,13 @@ static const ctl_node_t n_opt[] = {
     LEAF_C("narenas", CT_UNSIGNED, &narenas, "ordinary arenas"),
     LEAF_C("percpu_arena", CT_STR, &str_disabled, "per-CPU arenas: not used"),
     LEAF_C("oversize_threshold", CT_SIZE, &opt.oversize_threshold, "size from which the oversize arena serves"),
-    LEAF_C("metadata_thp", CT_STR, &str_disabled, "transparent huge pages for metadata"),
-    LEAF_C("dirty_decay_ms", CT_SSIZE, &opt.dirty_decay_ms, "dirty page decay time"),
+    LEAF_H("metadata_thp", CT_STR, ctl_opt_metadata_thp, 0, "transparent huge pages for metadata"),
+    LEAF_H("thp", CT_STR, ctl_opt_thp, 0, "transparent huge pages for extents"),
+    LEAF_H("dirty_decay_ms", CT_SSIZE, ctl_opt_dirty_decay_ms, 0, "dirty page decay time"),
+    LEAF_H("muzzy_decay_ms", CT_SSIZE, ctl_opt_muzzy_decay_ms, 0, "muzzy page decay time"),
+    LEAF_H("background_thread", CT_BOOL, ctl_opt_background_thread, 0, "background purging threads at start"),
+    LEAF_H("max_background_threads", CT_SIZE, ctl_opt_max_background_threads, 0, "most background threads"),
+    LEAF_H("limit_headroom", CT_SIZE, ctl_opt_limit_headroom, 0, "bytes under the cgroup limit where purging starts (strata)"),
     LEAF_H("junk", CT_STR, h_opt_junk, 0, "junk filling"),
     LEAF_C("zero", CT_BOOL, &opt.zero, "zero every allocation"),
     LEAF_C("experimental_infallible_new", CT_BOOL, &b_false, "abort when operator new fails"),
@@ -617,7 +612,10 @@ static const ctl_node_t n_arena_i_kids[] = {
     LEAF_H("reset", CT_VOID, au_arena_reset, F_NOPRINT, "free everything a user arena holds"),
     LEAF_H("destroy", CT_VOID, au_arena_destroy, F_NOPRINT, "reset a user arena and return its index"),
     LEAF_H("extent_hooks", CT_VOID, au_arena_extent_hooks, F_NOPRINT, "the arena's page source (extent_hooks_t *)"),
-    LEAF_H("purge", CT_VOID, h_arena_purge, F_NOPRINT, "purge every dirty page (4096 or arenas.narenas: all arenas)"),
+    LEAF_H("purge", CT_VOID, ctl_arena_purge, F_NOPRINT, "purge every dirty and muzzy page (4096 or arenas.narenas: all arenas)"),
+    LEAF_H("decay", CT_VOID, ctl_arena_decay, F_NOPRINT, "purge what the decay curve allows now"),
+    LEAF_H("dirty_decay_ms", CT_SSIZE, ctl_arena_dirty_decay_ms, F_NOPRINT, "this arena's dirty decay time"),
+    LEAF_H("muzzy_decay_ms", CT_SSIZE, ctl_arena_muzzy_decay_ms, F_NOPRINT, "this arena's muzzy decay time"),
     END};
 static const ctl_node_t n_arena_i = DIR("<i>", n_arena_i_kids);
 
@@ -644,6 +642,8 @@ static const ctl_node_t n_arenas[] = {
     IDX("lextent", I_LEXT, n_lextent_j),
     LEAF_H("lookup", CT_UNSIGNED, h_arenas_lookup, F_NOPRINT, "arena owning a pointer"),
     LEAF_H("create", CT_UNSIGNED, au_arenas_create, F_NOPRINT, "make a user arena (optionally with extent hooks)"),
+    LEAF_H("dirty_decay_ms", CT_SSIZE, ctl_arenas_dirty_decay_ms, 0, "dirty decay time of arenas made from now on"),
+    LEAF_H("muzzy_decay_ms", CT_SSIZE, ctl_arenas_muzzy_decay_ms, 0, "muzzy decay time of arenas made from now on"),
     END};
 static const ctl_node_t n_tcache[] = {
     LEAF_H("create", CT_UNSIGNED, au_tcache_create, F_NOPRINT, "make an explicit cache (MALLOCX_TCACHE)"),
@@ -700,10 +700,10 @@ static const ctl_node_t n_slext_j_kids[] = {
 static const ctl_node_t n_slext_j = DIR("<j>", n_slext_j_kids);
 static const ctl_node_t n_sext_j_kids[] = {
     LEAF_E("ndirty", CT_SIZE, ndirty, 0, "dirty free extents in this page bucket"),
-    LEAF_E("nmuzzy", CT_SIZE, nmuzzy, 0, "muzzy free extents (always 0)"),
+    LEAF_E("nmuzzy", CT_SIZE, nmuzzy, 0, "muzzy free extents"),
     LEAF_E("nretained", CT_SIZE, nretained, 0, "retained extents in this page bucket"),
     LEAF_E("dirty_bytes", CT_SIZE, dirty_bytes, B, "bytes of dirty extents"),
-    LEAF_E("muzzy_bytes", CT_SIZE, muzzy_bytes, B, "bytes of muzzy extents (always 0)"),
+    LEAF_E("muzzy_bytes", CT_SIZE, muzzy_bytes, B, "bytes of muzzy extents"),
     LEAF_E("retained_bytes", CT_SIZE, retained_bytes, B, "bytes of retained extents"),
     END};
 static const ctl_node_t n_sext_j = DIR("<j>", n_sext_j_kids);
@@ -713,16 +713,16 @@ static const ctl_node_t n_sarena_i_kids[] = {
      .help = "nanoseconds since the arena was created", .jname = "uptime_ns"},
     LEAF_C("dss", CT_STR, &str_disabled, "sbrk precedence"),
     LEAF_A("dirty_decay_ms", CT_SSIZE, dirty_decay_ms, 0, "dirty decay time"),
-    LEAF_A("muzzy_decay_ms", CT_SSIZE, muzzy_decay_ms, 0, "muzzy decay time (strata has no muzzy state)"),
+    LEAF_A("muzzy_decay_ms", CT_SSIZE, muzzy_decay_ms, 0, "muzzy decay time"),
     LEAF_A("pactive", CT_SIZE, pactive, P, "pages in active extents"),
     LEAF_A("pdirty", CT_SIZE, pdirty, P, "pages in dirty extents"),
-    LEAF_A("pmuzzy", CT_SIZE, pmuzzy, P, "pages in muzzy extents (always 0)"),
+    LEAF_A("pmuzzy", CT_SIZE, pmuzzy, P, "pages in muzzy extents (MADV_FREE, still counted resident)"),
     LEAF_A("dirty_npurge", CT_U64, dirty_npurge, C, "dirty purge passes"),
     LEAF_A("dirty_nmadvise", CT_U64, dirty_nmadvise, C, "madvise or munmap calls purging dirty pages"),
     LEAF_A("dirty_purged", CT_U64, dirty_purged, C | P, "dirty pages purged"),
-    LEAF_A("muzzy_npurge", CT_U64, muzzy_npurge, C, "muzzy purge passes (always 0)"),
-    LEAF_A("muzzy_nmadvise", CT_U64, muzzy_nmadvise, C, "muzzy madvise calls (always 0)"),
-    LEAF_A("muzzy_purged", CT_U64, muzzy_purged, C | P, "muzzy pages purged (always 0)"),
+    LEAF_A("muzzy_npurge", CT_U64, muzzy_npurge, C, "muzzy purge passes (counted with dirty_npurge)"),
+    LEAF_A("muzzy_nmadvise", CT_U64, muzzy_nmadvise, C, "muzzy madvise calls (counted with dirty_nmadvise)"),
+    LEAF_A("muzzy_purged", CT_U64, muzzy_purged, C | P, "muzzy pages purged (counted with dirty_purged)"),
     DIR("small", n_class_small),
     DIR("large", n_class_large),
     LEAF_A("mapped", CT_SIZE, mapped, B, "bytes mapped, retained excluded"),
@@ -742,6 +742,11 @@ static const ctl_node_t n_sarena_i_kids[] = {
     END};
 static const ctl_node_t n_sarena_i = DIR("<i>", n_sarena_i_kids);
 
+static const ctl_node_t n_sbg[] = {
+    LEAF_H("num_threads", CT_SIZE, ctl_stats_bg_num_threads, 0, "background threads running"),
+    LEAF_H("num_runs", CT_U64, ctl_stats_bg_num_runs, F_COUNTER, "background thread wake-ups"),
+    LEAF_H("run_interval", CT_U64, ctl_stats_bg_run_interval, 0, "mean nanoseconds between wake-ups"),
+    END};
 static const ctl_node_t n_stats[] = {
     LEAF_G("allocated", CT_SIZE, allocated, B, "bytes allocated by the application"),
     LEAF_G("active", CT_SIZE, active, B, "bytes in active pages"),
@@ -751,6 +756,9 @@ static const ctl_node_t n_stats[] = {
     LEAF_G("mapped", CT_SIZE, mapped, B, "bytes mapped, retained excluded"),
     LEAF_G("retained", CT_SIZE, retained, B, "bytes of address space kept without memory"),
     LEAF_G("zero_reallocs", CT_SIZE, zero_reallocs, C, "realloc(p, 0) calls"),
+    DIR("background_thread", n_sbg),
+    LEAF_H("mem_limit", CT_U64, ctl_stats_mem_limit, 0, "cgroup memory limit strata sees, 0 if none (strata)"),
+    LEAF_H("mem_limit_purges", CT_U64, ctl_stats_mem_limit_purges, F_COUNTER, "purges of every arena near the limit (strata)"),
     IDX("arenas", I_STATS_ARENA, n_sarena_i),
     DIR("mutexes", n_gmutexes),
     END};
@@ -765,6 +773,8 @@ static const ctl_node_t n_root[] = {
     DIR("arenas", n_arenas),
     DIR("stats", n_stats),
     {.name = "tcache", .kids = n_tcache, .nkids = NKIDS(n_tcache), .flags = F_NOPRINT},
+    LEAF_H("background_thread", CT_BOOL, ctl_background_thread, 0, "background purging threads are on"),
+    LEAF_H("max_background_threads", CT_SIZE, ctl_max_background_threads, 0, "most background threads"),
     /* Rows for other branches go here (see docs/introspection.md, "Adding a name"). */
     END};
 const ctl_node_t ctl_root = DIR("", n_root);

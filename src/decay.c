@@ -1,23 +1,33 @@
 /*
- * decay.c - time-based purging of dirty pages (jemalloc's decay). A freed extent stays
- * resident for reuse; the pages newly dirtied in each step (1/100 of dirty_decay_ms) form
- * a backlog, and pages dirtied k steps ago may stay dirty in proportion h(k) = 1 -
+ * decay.c - time-based purging (jemalloc's decay) in two stages, each on its own clock:
+ * dirty pages (freed, resident) decay over dirty_decay_ms, to muzzy (MADV_FREE) when
+ * muzzy_decay_ms is not 0, else straight to purged (MADV_DONTNEED); muzzy pages decay
+ * over muzzy_decay_ms to purged. The pages added in each step (1/100 of the decay time)
+ * form a backlog, and pages added k steps ago may stay in proportion h(k) = 1 -
  * smoothstep(k/100), so a burst fades out smoothly instead of being purged at once or
- * all at the deadline. Purging takes the oldest extents first, on allocator events. A
- * hard cap (the active pages, at least DIRTY_CAP_MIN) bounds what a free storm leaves
- * resident. Purging an idle process (no events) needs the background threads of a later
- * version.
+ * all at the deadline. Purging takes the oldest extents first, on allocator events, or
+ * in the background threads (background.c) when they are on. A hard cap (the active
+ * pages, at least DIRTY_CAP_MIN) bounds what a free storm leaves resident. Near a
+ * container's memory limit every arena is purged at once (limit_*).
  */
+#include <errno.h>
 #include <string.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include "internal.h"
 
-#define DECAY_STEPS 100 /* jemalloc's SMOOTHSTEP_NSTEPS */
-_Static_assert(DECAY_STEPS == sizeof(((arena_t *)0)->decay_backlog) / sizeof(size_t), "backlog size");
+_Static_assert(DECAY_STEPS == sizeof(((decay_t *)0)->backlog) / sizeof(size_t), "backlog size");
 /* A free storm may leave this much dirty per arena (a few large blocks' worth for
  * reuse), or as much as is active, whichever is more. */
 #define DIRTY_CAP_MIN ((size_t)32 << 20)
+/* The background thread is woken early when an arena's dirty pages grew by this many
+ * since it last looked (jemalloc's BACKGROUND_THREAD_NPAGES_THRESHOLD). */
+#define BG_WAKE_NPAGES 1024
+/* The cgroup limit is re-read at most this often (a container's limit can change). */
+#define LIMIT_REREAD_NS 1000000000ULL
+
+int64_t arenas_dirty_decay_ms, arenas_muzzy_decay_ms; /* from opt at init; arenas.*_decay_ms */
 
 uint64_t decay_now(void) {
   struct timespec ts;
@@ -30,13 +40,13 @@ static size_t dirty_cap(const arena_t *a) {
   return a->nactive > floor ? a->nactive : floor;
 }
 
-static uint64_t step_ns(void) { return (uint64_t)opt.dirty_decay_ms * 1000000u / DECAY_STEPS; }
+static uint64_t step_ns(int64_t ms) { return (uint64_t)ms * 1000000u / DECAY_STEPS; }
 
-void arena_note_dirty(arena_t *a) {
-  if (a->dirty.npages == 0) return;
-  bool due = a->dirty.npages > dirty_cap(a) || opt.dirty_decay_ms == 0;
-  if (!due && opt.dirty_decay_ms > 0) due = decay_now() - a->decay_epoch_ns >= step_ns();
-  if (due) __atomic_store_n(&a->purge_pending, true, __ATOMIC_RELAXED);
+void decay_init(decay_t *d, int64_t ms, uint64_t now) {
+  __atomic_store_n(&d->ms, ms, __ATOMIC_RELAXED);
+  d->epoch_ns = now;
+  d->nunpurged = 0; /* what the set holds now counts as new at the next step */
+  memset(d->backlog, 0, sizeof(d->backlog));
 }
 
 /* h(k) = 1 - smoothstep(k / DECAY_STEPS): the share of a step's pages still allowed. */
@@ -45,43 +55,326 @@ static double decay_h(unsigned k) {
   return 1.0 - x * x * (3.0 - 2.0 * x);
 }
 
-/* Advance the clock and return how many dirty pages may stay. elock held. */
-static size_t decay_step(arena_t *a) {
-  if (opt.dirty_decay_ms == 0) return 0;
-  size_t keep = a->dirty.npages;
-  if (opt.dirty_decay_ms > 0) {
-    uint64_t now = decay_now(), step = step_ns();
-    uint64_t n = step ? (now - a->decay_epoch_ns) / step : DECAY_STEPS;
-    if (n > 0) {
-      a->decay_epoch_ns = (n >= DECAY_STEPS) ? now : a->decay_epoch_ns + n * step;
-      if (n >= DECAY_STEPS) {
-        memset(a->decay_backlog, 0, sizeof(a->decay_backlog));
-      } else {
-        memmove(&a->decay_backlog[n], &a->decay_backlog[0], (DECAY_STEPS - n) * sizeof(size_t));
-        memset(&a->decay_backlog[0], 0, n * sizeof(size_t));
-      }
-      size_t cur = a->dirty.npages;
-      a->decay_backlog[0] = cur > a->decay_nunpurged ? cur - a->decay_nunpurged : 0;
-      double limit = 0;
-      for (unsigned k = 0; k < DECAY_STEPS; k++) {
-        if (a->decay_backlog[k]) limit += (double)a->decay_backlog[k] * decay_h(k);
-      }
-      if ((double)keep > limit) keep = (size_t)limit;
-    }
+size_t decay_step(decay_t *d, size_t npages, uint64_t now) {
+  int64_t ms = decay_ms(d);
+  if (ms == 0) return 0;
+  if (ms < 0) return npages;
+  uint64_t step = step_ns(ms);
+  uint64_t n = step ? (now - d->epoch_ns) / step : DECAY_STEPS;
+  if (now < d->epoch_ns || n == 0) return npages;
+  d->epoch_ns = (n >= DECAY_STEPS) ? now : d->epoch_ns + n * step;
+  if (n >= DECAY_STEPS) {
+    memset(d->backlog, 0, sizeof(d->backlog));
+  } else {
+    memmove(&d->backlog[n], &d->backlog[0], (DECAY_STEPS - n) * sizeof(size_t));
+    memset(&d->backlog[0], 0, n * sizeof(size_t));
   }
+  d->backlog[0] = npages > d->nunpurged ? npages - d->nunpurged : 0;
+  double limit = 0;
+  for (unsigned k = 0; k < DECAY_STEPS; k++) {
+    if (d->backlog[k]) limit += (double)d->backlog[k] * decay_h(k);
+  }
+  return (double)npages > limit ? (size_t)limit : npages;
+}
+
+/* While the set holds pages, or held some within the last decay time (the backlog is not
+ * empty yet), the next step; else never. Keeping a recently busy arena on the clock for
+ * one decay time costs its thread a wake-up per step, but spares the application threads
+ * a wake-up call every time the set empties and fills again (wl_server). */
+uint64_t decay_deadline(const decay_t *d, size_t npages) {
+  int64_t ms = decay_ms(d);
+  if (ms <= 0) return UINT64_MAX; /* 0 purges at once, -1 never */
+  bool recent = npages != 0;
+  for (unsigned k = 0; k < DECAY_STEPS && !recent; k++) recent = d->backlog[k] != 0;
+  return recent ? d->epoch_ns + step_ns(ms) : UINT64_MAX;
+}
+
+/* Both stages, elock held (dropped around madvise by extent_purge). */
+static void decay_arena_locked(arena_t *a) {
+  uint64_t now = decay_now();
+  size_t keep = decay_step(&a->ddecay, a->dirty.npages, now);
   size_t cap = dirty_cap(a);
   if (a->dirty.npages > cap && keep > cap / 2) keep = cap / 2; /* batch: well under the cap */
-  return keep;
+  if (keep < a->dirty.npages) extent_purge(a, ES_DIRTY, keep, decay_ms(&a->mdecay) != 0);
+  a->ddecay.nunpurged = a->dirty.npages;
+  if (a->muzzy.npages) {
+    keep = decay_step(&a->mdecay, a->muzzy.npages, now);
+    if (keep < a->muzzy.npages) extent_purge(a, ES_MUZZY, keep, false);
+  }
+  a->mdecay.nunpurged = a->muzzy.npages;
+}
+
+void arena_note_dirty(arena_t *a) {
+  size_t nd = a->dirty.npages;
+  if (nd == 0 && a->muzzy.npages == 0) return;
+  int64_t ms = decay_ms(&a->ddecay);
+  bool due = nd > dirty_cap(a) || ms == 0;
+  if (!due && __atomic_load_n(&bg_enabled, __ATOMIC_RELAXED)) {
+    /* The background thread decays: tell it only when it does not know of this arena's
+     * pages yet, or when they grew fast since it last looked. */
+    if (a->bg_scheduled && nd <= a->bg_seen_npages + BG_WAKE_NPAGES) return;
+    a->bg_scheduled = true;
+    a->bg_seen_npages = nd;
+    due = true;
+  } else if (!due) {
+    uint64_t now = decay_now();
+    due = (ms > 0 && now - a->ddecay.epoch_ns >= step_ns(ms)) ||
+          (a->muzzy.npages && decay_ms(&a->mdecay) >= 0 &&
+           now - a->mdecay.epoch_ns >= step_ns(decay_ms(&a->mdecay)));
+  }
+  if (due) __atomic_store_n(&a->purge_pending, true, __ATOMIC_RELAXED);
 }
 
 void arena_maybe_purge(arena_t *a) {
   if (likely(!__atomic_load_n(&a->purge_pending, __ATOMIC_RELAXED))) return;
+  if (__atomic_load_n(&limit_pending, __ATOMIC_RELAXED)) limit_purge();
+  bool bg = __atomic_load_n(&bg_enabled, __ATOMIC_RELAXED);
   mtx_lock(&a->elock);
   if (a->purge_pending) {
     __atomic_store_n(&a->purge_pending, false, __ATOMIC_RELAXED);
-    size_t keep = decay_step(a);
-    if (keep < a->dirty.npages) extent_purge(a, keep);
-    a->decay_nunpurged = a->dirty.npages;
+    /* With background threads, the caller purges only what cannot wait: a free storm
+     * over the cap, or decay time 0. */
+    if (!bg || a->dirty.npages > dirty_cap(a) || decay_ms(&a->ddecay) == 0) decay_arena_locked(a);
   }
   mtx_unlock(&a->elock);
+  if (bg) bg_wake(a);
+}
+
+uint64_t arena_decay(arena_t *a) {
+  mtx_lock(&a->elock);
+  decay_arena_locked(a);
+  uint64_t d = decay_deadline(&a->ddecay, a->dirty.npages);
+  uint64_t m = decay_deadline(&a->mdecay, a->muzzy.npages);
+  if (m < d) d = m;
+  a->bg_scheduled = d != UINT64_MAX;
+  a->bg_seen_npages = a->dirty.npages;
+  mtx_unlock(&a->elock);
+  return d;
+}
+
+static size_t arena_purge_extents(arena_t *a) {
+  mtx_lock(&a->elock);
+  size_t n = extent_purge(a, ES_DIRTY, 0, false);
+  n += extent_purge(a, ES_MUZZY, 0, false);
+  a->ddecay.nunpurged = a->dirty.npages;
+  a->mdecay.nunpurged = a->muzzy.npages;
+  mtx_unlock(&a->elock);
+  return n;
+}
+
+size_t arena_purge(arena_t *a) { return arena_purge_extents(a); }
+
+void arena_page_counts(arena_t *a, size_t *ndirty, size_t *nmuzzy) {
+  mtx_lock(&a->elock);
+  *ndirty = a->dirty.npages;
+  *nmuzzy = a->muzzy.npages;
+  mtx_unlock(&a->elock);
+}
+
+/* ---------------------------------------------------------------- container limit */
+uint64_t limit_npurges;
+bool limit_pending;
+static uint64_t limit_rearm;   /* atomic: resident after the last limit purge + a quarter headroom */
+static uint64_t limit_read_ns; /* atomic: when the limit was last read */
+
+/* Default headroom: 1/32 of the limit (the resident figure misses the program's own
+ * stacks and text, and other threads fault pages in while one purges), at least 4 MiB,
+ * at most a quarter of the limit. */
+uint64_t limit_headroom(uint64_t limit) {
+  if (opt.limit_headroom) return opt.limit_headroom < limit ? opt.limit_headroom : limit;
+  uint64_t h = limit / 32;
+  if (h < ((uint64_t)4 << 20)) h = (uint64_t)4 << 20;
+  if (h > limit / 4) h = limit / 4;
+  return h;
+}
+
+/* Purge when resident comes within the headroom; but, to keep a process whose live data
+ * sits near the limit from walking every arena at each new page, only again after
+ * resident grew by a quarter headroom since the last purge, or within half the headroom. */
+bool limit_due(uint64_t resident, uint64_t limit, uint64_t headroom, uint64_t rearm) {
+  if (limit == 0 || resident + headroom < limit) return false;
+  return resident >= rearm || resident + headroom / 2 >= limit;
+}
+
+static uint64_t resident_bytes(void) {
+  return (uint64_t)__atomic_load_n(&extent_resident_pages, __ATOMIC_RELAXED) * os_page + meta_mapped();
+}
+
+void limit_check(arena_t *a) {
+  uint64_t now = decay_now(), last = __atomic_load_n(&limit_read_ns, __ATOMIC_RELAXED);
+  if (now - last >= LIMIT_REREAD_NS &&
+      __atomic_compare_exchange_n(&limit_read_ns, &last, now, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    __atomic_store_n(&os_mem_limit, os_mem_limit_read(), __ATOMIC_RELAXED);
+  }
+  uint64_t lim = __atomic_load_n(&os_mem_limit, __ATOMIC_RELAXED);
+  if (lim == 0) return;
+  if (limit_due(resident_bytes(), lim, limit_headroom(lim), __atomic_load_n(&limit_rearm, __ATOMIC_RELAXED))) {
+    __atomic_store_n(&limit_pending, true, __ATOMIC_RELAXED);
+    __atomic_store_n(&a->purge_pending, true, __ATOMIC_RELAXED); /* the caller purges after unlocking */
+  }
+}
+
+size_t limit_purge(void) {
+  if (!__atomic_exchange_n(&limit_pending, false, __ATOMIC_ACQ_REL)) return 0;
+  size_t n = 0;
+  for (unsigned i = 0; i < __atomic_load_n(&narenas_total, __ATOMIC_ACQUIRE); i++) {
+    arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
+    if (a && !__atomic_load_n(&a->destroyed, __ATOMIC_ACQUIRE)) n += arena_purge_extents(a);
+  }
+  uint64_t lim = __atomic_load_n(&os_mem_limit, __ATOMIC_RELAXED);
+  __atomic_store_n(&limit_rearm, resident_bytes() + limit_headroom(lim) / 4, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&limit_npurges, 1, __ATOMIC_RELAXED);
+  return n;
+}
+
+/* ---------------------------------------------------------------- mallctl handlers */
+/* arena.<i>: an ordinary arena (made on first use) or a live user arena; else EFAULT. */
+static arena_t *ctl_arena(const size_t *mib, size_t miblen, int *err) {
+  arena_t *a = NULL;
+  if (miblen >= 2 && mib[1] <= narenas) {
+    a = arena_get((unsigned)mib[1]);
+    *err = a ? 0 : EAGAIN;
+    return a;
+  }
+  if (miblen >= 2 && mib[1] < __atomic_load_n(&narenas_total, __ATOMIC_ACQUIRE))
+    a = __atomic_load_n(&arenas[mib[1]], __ATOMIC_ACQUIRE);
+  if (a != NULL && __atomic_load_n(&a->destroyed, __ATOMIC_ACQUIRE)) a = NULL;
+  *err = a ? 0 : EFAULT;
+  return a;
+}
+
+/* arena.<i>.decay / arena.<i>.purge: neither read nor written; <i> = 4096 is every arena. */
+static int ctl_arena_each(const size_t *mib, size_t miblen, void *oldp, void *newp, bool purge) {
+  if (oldp != NULL || newp != NULL) return EPERM;
+  if (tsd_fetch() == NULL) return EAGAIN;
+  /* jemalloc also takes arenas.narenas for "all" (the pre-5.0 spelling Redis's MEMORY PURGE uses). */
+  unsigned total = __atomic_load_n(&narenas_total, __ATOMIC_ACQUIRE);
+  if (miblen >= 2 && (mib[1] == MALLCTL_ARENAS_ALL || mib[1] == total)) {
+    for (unsigned i = 0; i < total; i++) {
+      arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
+      if (a == NULL || __atomic_load_n(&a->destroyed, __ATOMIC_ACQUIRE)) continue;
+      if (purge) {
+        arena_purge(a);
+      } else {
+        arena_decay(a);
+      }
+    }
+    return 0;
+  }
+  int err;
+  arena_t *a = ctl_arena(mib, miblen, &err);
+  if (a == NULL) return err;
+  if (purge) {
+    arena_purge(a);
+  } else {
+    arena_decay(a);
+  }
+  return 0;
+}
+
+int ctl_arena_decay(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  (void)oldlenp, (void)newlen;
+  return ctl_arena_each(mib, miblen, oldp, newp, false);
+}
+
+int ctl_arena_purge(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  (void)oldlenp, (void)newlen;
+  return ctl_arena_each(mib, miblen, oldp, newp, true);
+}
+
+/* jemalloc's decay times are ssize_t: -1 (never) or milliseconds. */
+static bool decay_ms_valid(const void *newp) { return *(const ssize_t *)newp >= -1; }
+
+static int ctl_arena_decay_ms(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                              size_t newlen, bool muzzy) {
+  if (tsd_fetch() == NULL) return EAGAIN;
+  int err;
+  arena_t *a = ctl_arena(mib, miblen, &err);
+  if (a == NULL) return err;
+  decay_t *d = muzzy ? &a->mdecay : &a->ddecay;
+  ssize_t cur = (ssize_t)decay_ms(d);
+  if ((err = ctl_rw(oldp, oldlenp, newp, newlen, &cur, sizeof(cur))) != 0 || newp == NULL) return err;
+  if (!decay_ms_valid(newp)) return EINVAL;
+  mtx_lock(&a->elock);
+  decay_init(d, *(ssize_t *)newp, decay_now());
+  __atomic_store_n(&a->purge_pending, true, __ATOMIC_RELAXED); /* apply at the next event */
+  a->bg_scheduled = false;
+  mtx_unlock(&a->elock);
+  arena_maybe_purge(a);
+  return 0;
+}
+
+int ctl_arena_dirty_decay_ms(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                             size_t newlen) {
+  return ctl_arena_decay_ms(mib, miblen, oldp, oldlenp, newp, newlen, false);
+}
+
+int ctl_arena_muzzy_decay_ms(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                             size_t newlen) {
+  return ctl_arena_decay_ms(mib, miblen, oldp, oldlenp, newp, newlen, true);
+}
+
+static int ctl_default_decay_ms(void *oldp, size_t *oldlenp, void *newp, size_t newlen, int64_t *dst) {
+  if (tsd_fetch() == NULL) return EAGAIN;
+  ssize_t cur = (ssize_t)__atomic_load_n(dst, __ATOMIC_RELAXED);
+  int err = ctl_rw(oldp, oldlenp, newp, newlen, &cur, sizeof(cur));
+  if (err || newp == NULL) return err;
+  if (!decay_ms_valid(newp)) return EINVAL;
+  __atomic_store_n(dst, (int64_t)*(ssize_t *)newp, __ATOMIC_RELAXED);
+  return 0;
+}
+
+int ctl_arenas_dirty_decay_ms(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                              size_t newlen) {
+  (void)mib, (void)miblen;
+  return ctl_default_decay_ms(oldp, oldlenp, newp, newlen, &arenas_dirty_decay_ms);
+}
+
+int ctl_arenas_muzzy_decay_ms(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                              size_t newlen) {
+  (void)mib, (void)miblen;
+  return ctl_default_decay_ms(oldp, oldlenp, newp, newlen, &arenas_muzzy_decay_ms);
+}
+
+static int ctl_ro(void *oldp, size_t *oldlenp, void *newp, const void *val, size_t len) {
+  if (newp != NULL) return EPERM;
+  if (tsd_fetch() == NULL) return EAGAIN;
+  return ctl_rw(oldp, oldlenp, NULL, 0, val, len);
+}
+
+int ctl_opt_dirty_decay_ms(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                           size_t newlen) {
+  (void)mib, (void)miblen, (void)newlen;
+  ssize_t v = (ssize_t)opt.dirty_decay_ms;
+  return ctl_ro(oldp, oldlenp, newp, &v, sizeof(v));
+}
+
+int ctl_opt_muzzy_decay_ms(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                           size_t newlen) {
+  (void)mib, (void)miblen, (void)newlen;
+  ssize_t v = (ssize_t)opt.muzzy_decay_ms;
+  return ctl_ro(oldp, oldlenp, newp, &v, sizeof(v));
+}
+
+int ctl_opt_limit_headroom(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                           size_t newlen) {
+  (void)mib, (void)miblen, (void)newlen;
+  size_t v = (size_t)opt.limit_headroom;
+  return ctl_ro(oldp, oldlenp, newp, &v, sizeof(v));
+}
+
+
+/* stats.mem_limit: the cgroup limit strata sees (0: none); stats.mem_limit_purges: how
+ * often it purged every arena because resident memory came near it. */
+int ctl_stats_mem_limit(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  (void)mib, (void)miblen, (void)newlen;
+  uint64_t v = __atomic_load_n(&os_mem_limit, __ATOMIC_RELAXED);
+  return ctl_ro(oldp, oldlenp, newp, &v, sizeof(v));
+}
+
+int ctl_stats_mem_limit_purges(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                               size_t newlen) {
+  (void)mib, (void)miblen, (void)newlen;
+  uint64_t v = __atomic_load_n(&limit_npurges, __ATOMIC_RELAXED);
+  return ctl_ro(oldp, oldlenp, newp, &v, sizeof(v));
 }

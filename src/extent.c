@@ -1,7 +1,7 @@
 /*
  * extent.c - page extents of one arena: spans of whole pages that split on allocation
  * and coalesce with free neighbours on release. Free extents are kept by state (dirty:
- * freed and resident; retained: address space without memory) in buckets of page
+ * freed and resident; muzzy: purged lazily; retained: address space without memory) in buckets of page
  * count (4 per doubling), each a pairing heap by address, so the fit is near-best by
  * size and lowest address first. Neighbours are found through the rtree. Everything
  * here runs under the arena's elock. Pages come from os.c, or from the arena's extent
@@ -19,6 +19,8 @@ _Static_assert(sizeof(edata_t) % 16 == 0, "edata must keep the rtree's low point
 #define GROW_MIN ((size_t)2 << 20)
 #define GROW_MAX ((size_t)64 << 20)
 #define EDATA_BATCH 64
+
+size_t extent_resident_pages;
 
 /* ---------------------------------------------------------------- pairing heap */
 static inline uintptr_t ph_key(ph_node_t *n) { return ph_edata(n)->addr; }
@@ -138,7 +140,7 @@ void extent_deregister_interior(edata_t *e) {
 /* ---------------------------------------------------------------- extent sets */
 static void eset_insert(eset_t *es, edata_t *e) {
   sassert(e->size > 0 && e->size % os_page == 0 && e->addr % os_page == 0);
-  sassert(e->state == ES_DIRTY || e->state == ES_RETAINED);
+  sassert(e->state == ES_DIRTY || e->state == ES_MUZZY || e->state == ES_RETAINED);
   size_t np = e->size / os_page;
   unsigned b = psz_floor(np);
   e->bucket = (uint8_t)b;
@@ -171,7 +173,9 @@ static edata_t *eset_fit(eset_t *es, size_t np) {
   return NULL;
 }
 
-static void lru_append(arena_t *a, edata_t *e) {
+/* The purge order of the dirty and muzzy sets (the retained set keeps none). */
+/* The purge order of the dirty and muzzy sets (the retained set keeps none). */
+static void lru_append(eset_t *a, edata_t *e) {
   e->lru_next = NULL;
   e->lru_prev = a->lru_tail;
   if (a->lru_tail) {
@@ -182,7 +186,7 @@ static void lru_append(arena_t *a, edata_t *e) {
   a->lru_tail = e;
 }
 
-static void lru_insert_after(arena_t *a, edata_t *pos, edata_t *e) {
+static void lru_insert_after(eset_t *a, edata_t *pos, edata_t *e) {
   e->lru_prev = pos;
   e->lru_next = pos->lru_next;
   if (pos->lru_next) {
@@ -193,7 +197,7 @@ static void lru_insert_after(arena_t *a, edata_t *pos, edata_t *e) {
   pos->lru_next = e;
 }
 
-static void lru_remove(arena_t *a, edata_t *e) {
+static void lru_remove(eset_t *a, edata_t *e) {
   if (e->lru_prev) {
     e->lru_prev->lru_next = e->lru_next;
   } else {
@@ -207,7 +211,10 @@ static void lru_remove(arena_t *a, edata_t *e) {
   e->lru_next = e->lru_prev = NULL;
 }
 
-static eset_t *eset_of(arena_t *a, unsigned state) { return state == ES_DIRTY ? &a->dirty : &a->retained; }
+static eset_t *eset_of(arena_t *a, unsigned state) {
+  return state == ES_DIRTY ? &a->dirty : state == ES_MUZZY ? &a->muzzy : &a->retained;
+}
+static inline bool has_lru(unsigned state) { return state != ES_RETAINED; }
 
 /* A neighbour can merge when it is a free extent of this arena in the same state. The
  * arena check comes first: edata never change arena, so reading arena_ind of another
@@ -256,7 +263,7 @@ static void extent_insert_free(arena_t *a, edata_t *e, unsigned state) {
     edata_t *n = mergeable(a, rtree_read(e->addr - GRAN), state);
     if (n && n->addr + n->size == e->addr && can_merge(a, n, e)) {
       eset_remove(es, n);
-      if (state == ES_DIRTY) lru_remove(a, n);
+      if (has_lru(state)) lru_remove(es, n);
       rtree_write(last_gran(n), 0);
       rtree_write(e->addr, 0);
       e->addr = n->addr;
@@ -268,7 +275,7 @@ static void extent_insert_free(arena_t *a, edata_t *e, unsigned state) {
   edata_t *n = mergeable(a, rtree_read(e->addr + e->size), state);
   if (n && n->addr == e->addr + e->size && can_merge(a, e, n)) {
     eset_remove(es, n);
-    if (state == ES_DIRTY) lru_remove(a, n);
+    if (has_lru(state)) lru_remove(es, n);
     rtree_write(last_gran(e), 0);
     rtree_write(n->addr, 0);
     e->size += n->size;
@@ -277,9 +284,9 @@ static void extent_insert_free(arena_t *a, edata_t *e, unsigned state) {
   }
   extent_register(e, 0, false);
   eset_insert(es, e);
-  if (state == ES_DIRTY) {
+  if (has_lru(state)) {
     e->dirty_ns = decay_now();
-    lru_append(a, e);
+    lru_append(es, e);
   }
 }
 
@@ -310,6 +317,7 @@ static bool extent_grow(arena_t *a, size_t need) {
     edata_put(a, e);
     return true;
   }
+  os_thp_apply(p, size, false);
   if (rtree_ensure((uintptr_t)p, size)) {
     if (h == NULL) {
       os_unmap(p, size);
@@ -362,6 +370,10 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   size_t np = search / os_page;
   unsigned state = ES_DIRTY;
   edata_t *f = eset_fit(&a->dirty, np);
+  if (f == NULL && a->muzzy.npages) {
+    state = ES_MUZZY;
+    f = eset_fit(&a->muzzy, np);
+  }
   if (f == NULL) {
     state = ES_RETAINED;
     f = eset_fit(&a->retained, np);
@@ -398,7 +410,7 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
       l->dirty_ns = f->dirty_ns;
       extent_register(l, 0, false);
       eset_insert(es, l);
-      if (state == ES_DIRTY) lru_insert_after(a, f, l);
+      if (has_lru(state)) lru_insert_after(es, f, l);
       f->addr = body;
       f->size -= lead;
       extent_register(f, 0, false);
@@ -418,7 +430,7 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     l->dirty_ns = f->dirty_ns;
     extent_register(l, 0, false);
     eset_insert(es, l);
-    if (state == ES_DIRTY) lru_insert_after(a, f, l);
+    if (has_lru(state)) lru_insert_after(es, f, l);
   }
   if (t) {
     t->addr = body + size;
@@ -429,16 +441,18 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     t->dirty_ns = f->dirty_ns;
     extent_register(t, 0, false);
     eset_insert(es, t);
-    if (state == ES_DIRTY) lru_insert_after(a, f, t);
+    if (has_lru(state)) lru_insert_after(es, f, t);
   }
-  if (state == ES_DIRTY) lru_remove(a, f);
+  if (has_lru(state)) lru_remove(es, f);
   f->addr = body;
   f->size = size;
   f->state = ES_ACTIVE;
+  if (state == ES_MUZZY) f->zeroed = 0; /* MADV_FREE pages may keep their contents */
   sassert(f->addr % align == 0);
   if (0) {
   fresh:
     if ((f = extent_alloc_fresh(a, h, size, align)) == NULL) return NULL;
+    state = ES_RETAINED; /* new pages: resident from now on */
   }
   if (h != NULL && !f->committed) {
     /* Retained pages the hook left uncommitted: commit them outside the lock (f is in no
@@ -455,6 +469,10 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   }
   a->nactive += size / os_page;
   if (a->user) active_link(a, f);
+  if (state == ES_RETAINED) {
+    __atomic_fetch_add(&extent_resident_pages, size / os_page, __ATOMIC_RELAXED);
+    limit_check(a);
+  }
   return f;
 }
 
@@ -471,6 +489,7 @@ bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size) {
   size_t need = new_size - e->size;
   uint64_t ent = rtree_read(e->addr + e->size);
   edata_t *n = mergeable(a, ent, ES_DIRTY);
+  if (n == NULL) n = mergeable(a, ent, ES_MUZZY);
   if (n == NULL) n = mergeable(a, ent, ES_RETAINED);
   if (n == NULL || n->addr != e->addr + e->size || n->size < need) return true;
   unsigned state = n->state;
@@ -484,11 +503,16 @@ bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size) {
     extent_register(n, 0, false);
     eset_insert(es, n); /* same place in the purge order */
   } else {
-    if (state == ES_DIRTY) lru_remove(a, n);
+    if (has_lru(state)) lru_remove(es, n);
     edata_put(a, n);
   }
   e->size = new_size;
   a->nactive += need / os_page;
+  if (state == ES_MUZZY) e->zeroed = 0;
+  if (state == ES_RETAINED) {
+    __atomic_fetch_add(&extent_resident_pages, need / os_page, __ATOMIC_RELAXED);
+    limit_check(a);
+  }
   return false;
 }
 
@@ -506,19 +530,23 @@ void extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size) {
   arena_note_dirty(a);
 }
 
-size_t extent_purge(arena_t *a, size_t target_pages) {
+size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool lazy) {
   extent_hooks_t *h = arena_hooks(a);
-  if (h != NULL) return extent_purge_hooked(a, h, target_pages);
+  /* A hooked arena's dirty pages go through its hooks (never muzzy: jemalloc's
+   * purge_lazy is the hooks' last resort, not a stage). */
+  if (h != NULL) return from == ES_DIRTY ? extent_purge_hooked(a, h, target_pages) : 0;
+  eset_t *es = eset_of(a, from);
+  lazy = lazy && from == ES_DIRTY;
   size_t purged = 0;
-  if (a->dirty.npages > target_pages && a->lru_head != NULL) a->npurge_passes++;
-  while (a->dirty.npages > target_pages && a->lru_head != NULL) {
-    /* Take a batch out of the dirty set (oldest first), purge it without the lock. */
+  if (es->npages > target_pages && es->lru_head != NULL) a->npurge_passes++;
+  while (es->npages > target_pages && es->lru_head != NULL) {
+    /* Take a batch out of the set (oldest first), purge it without the lock. */
     edata_t *batch = NULL;
     size_t n = 0;
-    while (a->dirty.npages > target_pages && a->lru_head != NULL && n < 64) {
-      edata_t *e = a->lru_head;
-      eset_remove(&a->dirty, e);
-      lru_remove(a, e);
+    while (es->npages > target_pages && es->lru_head != NULL && n < 64) {
+      edata_t *e = es->lru_head;
+      eset_remove(es, e);
+      lru_remove(es, e);
       e->state = ES_PURGING;
       e->lru_next = batch;
       batch = e;
@@ -527,7 +555,9 @@ size_t extent_purge(arena_t *a, size_t target_pages) {
     a->nmadvise += n;
     mtx_unlock(&a->elock);
     for (edata_t *e = batch; e; e = e->lru_next) {
-      if (opt.retain) {
+      if (lazy) {
+        os_purge_lazy((void *)e->addr, e->size);
+      } else if (opt.retain) {
         os_purge((void *)e->addr, e->size);
       } else {
         os_unmap((void *)e->addr, e->size);
@@ -538,9 +568,15 @@ size_t extent_purge(arena_t *a, size_t target_pages) {
       edata_t *e = batch;
       batch = e->lru_next;
       purged += e->size / os_page;
-      a->npurged += e->size / os_page;
       rtree_write(e->addr, 0);
       rtree_write(last_gran(e), 0);
+      if (lazy) { /* still counted resident: the kernel takes MADV_FREE pages only when it must */
+        e->zeroed = 0;
+        extent_insert_free(a, e, ES_MUZZY);
+        continue;
+      }
+      a->npurged += e->size / os_page;
+      __atomic_fetch_sub(&extent_resident_pages, e->size / os_page, __ATOMIC_RELAXED);
       if (opt.retain) {
         e->zeroed = 1;
         extent_insert_free(a, e, ES_RETAINED);
@@ -560,11 +596,17 @@ void extent_destroy_all(arena_t *a) {
   for (;;) {
     edata_t *batch = NULL;
     for (unsigned n = 0; n < 64; n++) {
-      eset_t *es = a->retained.npages ? &a->retained : a->dirty.npages ? &a->dirty : NULL;
+      eset_t *es = a->retained.npages ? &a->retained
+                   : a->dirty.npages  ? &a->dirty
+                   : a->muzzy.npages  ? &a->muzzy
+                                      : NULL;
       if (es == NULL) break;
       edata_t *e = eset_fit(es, 1);
       eset_remove(es, e);
-      if (es == &a->dirty) lru_remove(a, e);
+      if (es != &a->retained) {
+        lru_remove(es, e);
+        __atomic_fetch_sub(&extent_resident_pages, e->size / os_page, __ATOMIC_RELAXED);
+      }
       rtree_write(e->addr, 0);
       rtree_write(last_gran(e), 0);
       e->state = ES_PURGING;
@@ -608,13 +650,13 @@ static unsigned extent_release_hooked(arena_t *a, extent_hooks_t *h, edata_t *e)
  * that each can change (muzzy pages, issue 6) without the other. */
 size_t extent_purge_hooked(arena_t *a, extent_hooks_t *h, size_t target_pages) {
   size_t purged = 0;
-  while (a->dirty.npages > target_pages && a->lru_head != NULL) {
+  while (a->dirty.npages > target_pages && a->dirty.lru_head != NULL) {
     edata_t *batch = NULL;
     size_t n = 0;
-    while (a->dirty.npages > target_pages && a->lru_head != NULL && n < 64) {
-      edata_t *e = a->lru_head;
+    while (a->dirty.npages > target_pages && a->dirty.lru_head != NULL && n < 64) {
+      edata_t *e = a->dirty.lru_head;
       eset_remove(&a->dirty, e);
-      lru_remove(a, e);
+      lru_remove(&a->dirty, e);
       e->state = ES_PURGING;
       e->lru_next = batch;
       batch = e;
@@ -628,6 +670,7 @@ size_t extent_purge_hooked(arena_t *a, extent_hooks_t *h, size_t target_pages) {
       batch = e->lru_next;
       purged += e->size / os_page;
       a->npurged += e->size / os_page;
+      __atomic_fetch_sub(&extent_resident_pages, e->size / os_page, __ATOMIC_RELAXED);
       rtree_write(e->addr, 0);
       rtree_write(last_gran(e), 0);
       if (e->bucket == REL_UNMAPPED) {

@@ -1,7 +1,7 @@
 /*
  * init.c - lazy, re-entrant initialisation (safe before main, from the dynamic loader and
  * under dlsym), the thread state, and fork handling. Lock order, which prefork follows:
- * init_lock, tcache_list_lock, arenas_lock, then per arena in index order its bin locks
+ * bg_lock (background.c), init_lock, tcache_list_lock, arenas_lock, then per arena in index order its bin locks
  * (by class) and its elock, then rtree_lock, meta_lock.
  */
 #include <pthread.h>
@@ -42,6 +42,8 @@ bool strata_init(void) {
   }
   tcache_key |= 1;
   conf_init();
+  arenas_dirty_decay_ms = opt.dirty_decay_ms;
+  arenas_muzzy_decay_ms = opt.muzzy_decay_ms;
   sz_init();
   narenas = opt.narenas ? opt.narenas : 4 * os_ncpus;
   if (narenas > 4095) narenas = 4095;
@@ -53,6 +55,7 @@ bool strata_init(void) {
     mtx_unlock(&init_lock);
     return true;
   }
+  bg_boot();
   if (opt.confirm_conf) conf_print(&opt);
   __atomic_store_n(&strata_ready, true, __ATOMIC_RELEASE);
   __atomic_store_n(&init_owner, 0, __ATOMIC_RELAXED);
@@ -101,11 +104,18 @@ static void op_lock(mtx_t *m) { mtx_lock(m); }
 static void op_unlock(mtx_t *m) { mtx_unlock(m); }
 static void op_reinit(mtx_t *m) { mtx_init(m); }
 
-static void fork_prepare(void) { fork_locks(op_lock, false); }
-static void fork_parent(void) { fork_locks(op_unlock, true); }
+static void fork_prepare(void) {
+  bg_prefork(); /* bg_lock comes first: toggling holds it while it joins threads */
+  fork_locks(op_lock, false);
+}
+static void fork_parent(void) {
+  fork_locks(op_unlock, true);
+  bg_postfork_parent();
+}
 
 static void fork_child(void) {
   fork_locks(op_reinit, true);
+  bg_postfork_child();
   /* Only the forking thread exists in the child: other threads' caches stay allocated
    * (their regions are lost to the child, as with every allocator) but are unlisted so
    * that nothing walks them. The caller's own cache stays live. */

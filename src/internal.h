@@ -47,6 +47,13 @@ HIDDEN void os_init(void);
 HIDDEN void *os_map(size_t size, size_t align); /* NULL on failure; zeroed */
 HIDDEN void os_unmap(void *addr, size_t size);
 HIDDEN void os_purge(void *addr, size_t size); /* MADV_DONTNEED: contents become zero */
+/* MADV_FREE: the kernel takes the pages when it needs them (contents zero or kept);
+ * falls back to os_purge on kernels without it. */
+HIDDEN void os_purge_lazy(void *addr, size_t size);
+enum { THP_DEFAULT = 0, THP_ALWAYS, THP_NEVER };        /* opt.thp */
+enum { MTHP_DISABLED = 0, MTHP_AUTO, MTHP_ALWAYS };     /* opt.metadata_thp */
+HIDDEN void os_thp_apply(void *addr, size_t size, bool metadata); /* MADV_(NO)HUGEPAGE per opt */
+HIDDEN uint64_t os_mem_limit_read(void); /* re-reads the cgroup limit; 0 if none */
 HIDDEN void *os_remap(void *addr, size_t old, size_t new_size); /* mremap MAYMOVE; NULL on failure */
 HIDDEN int os_read_file(const char *path, char *buf, size_t cap); /* bytes read, -1 on error */
 HIDDEN pid_t os_gettid(void);
@@ -181,19 +188,20 @@ typedef struct ph_node_s {
   struct ph_node_s *child, *next, *prev;
 } ph_node_t;
 
-/* ES_PURGING: taken out of the dirty set to be purged outside the lock; never merged. */
-enum { ES_ACTIVE = 0, ES_DIRTY = 1, ES_RETAINED = 2, ES_PURGING = 3 };
+/* ES_PURGING: taken out of the dirty/muzzy set to be purged outside the lock; never merged.
+ * ES_MUZZY: purged lazily (MADV_FREE): reusable, contents unknown, may still be resident. */
+enum { ES_ACTIVE = 0, ES_DIRTY = 1, ES_RETAINED = 2, ES_PURGING = 3, ES_MUZZY = 4 };
 
 typedef struct edata_s edata_t;
 struct edata_s {
   uintptr_t addr;
   size_t size;         /* bytes, multiple of os_page */
   ph_node_t ph;        /* free extent: in eset bucket; slab: in bin's nonfull heap */
-  edata_t *lru_next;   /* dirty extents, oldest first (purge order) */
+  edata_t *lru_next;   /* dirty and muzzy extents, oldest first (purge order) */
   edata_t *lru_prev;
   union {
     uint64_t *bitmap;  /* slab: 1 bit per region, 1 = free */
-    uint64_t dirty_ns; /* dirty extent: when it became dirty (decay clock) */
+    uint64_t dirty_ns; /* dirty/muzzy extent: when it entered its state */
   };
   uint32_t nfree;      /* slab: free regions */
   uint16_t szind;      /* active: size class */
@@ -212,6 +220,7 @@ typedef struct {
   size_t npages;
   uint32_t nextents[PSZ_N]; /* stats: extents per bucket (elock) */
   size_t bpages[PSZ_N];     /* stats: pages per bucket (elock) */
+  edata_t *lru_head, *lru_tail; /* dirty and muzzy sets: oldest first (purge order) */
 } eset_t;
 
 typedef struct arena_s arena_t;
@@ -220,8 +229,14 @@ HIDDEN edata_t *extent_alloc(arena_t *a, size_t size, size_t align); /* elock he
 HIDDEN void extent_dalloc(arena_t *a, edata_t *e);                   /* elock held */
 HIDDEN bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size); /* elock held; true on failure */
 HIDDEN void extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size); /* elock held */
-/* elock held on entry and exit, dropped around the madvise/munmap calls; returns pages. */
-HIDDEN size_t extent_purge(arena_t *a, size_t target_pages);
+/* Purges the oldest extents of the dirty or muzzy set (from: ES_DIRTY, ES_MUZZY) down to
+ * target_pages: dirty pages go muzzy (MADV_FREE) when lazy, else retained (MADV_DONTNEED)
+ * or unmapped (retain:false). elock held on entry and exit, dropped around the
+ * madvise/munmap calls; returns pages. */
+HIDDEN size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool lazy);
+/* Pages of every arena's extents that may be resident (active, dirty, muzzy): the limit
+ * check's figure. Changes only when pages leave or join the retained/unmapped state. */
+HIDDEN extern size_t extent_resident_pages;
 HIDDEN void extent_register(edata_t *e, unsigned szind, bool slab); /* boundary (or all, for slabs) */
 HIDDEN void extent_deregister_interior(edata_t *e);
 HIDDEN void ph_insert(ph_node_t **root, ph_node_t *n);
@@ -273,16 +288,26 @@ HIDDEN void bin_release_spare(arena_t *a, szind_t ind);
 
 /* ------------------------------------------------------------------ arena.c */
 /*
- * Lock order (fork takes them all in this order): init_lock, tcache_list_lock,
+ * Lock order (fork takes them all in this order): bg_lock, init_lock, tcache_list_lock,
  * arenas_lock, then per arena in index order: bins[1..SZ_NSMALL].lock, elock;
  * then rtree_lock, meta_lock. Code may go right in this list while holding a lock
  * (bin -> elock -> rtree/meta), never left, and holds at most one arena's locks.
  */
+/* One decay clock (decay.c): dirty pages age into muzzy (or purged), muzzy into purged. */
+#define DECAY_STEPS 100 /* jemalloc's SMOOTHSTEP_NSTEPS */
+typedef struct {
+  int64_t ms;               /* atomic: -1 never, 0 at once (arena.<i>.*_decay_ms) */
+  uint64_t epoch_ns;        /* start of the current step */
+  size_t nunpurged;         /* pages in the set after the last step */
+  size_t backlog[DECAY_STEPS]; /* pages newly added per step, newest first */
+} decay_t;
+static inline int64_t decay_ms(const decay_t *d) { return __atomic_load_n(&d->ms, __ATOMIC_RELAXED); }
+
 struct arena_s {
   mtx_t elock;            /* guards the fields up to the bins */
   eset_t dirty;           /* freed, still resident */
+  eset_t muzzy;           /* lazily purged (MADV_FREE): reusable, the kernel may take them */
   eset_t retained;        /* address space kept, no memory (purged or never touched) */
-  edata_t *lru_head, *lru_tail; /* dirty extents, oldest first */
   edata_t *edata_free;
   size_t grow_next;       /* next mapping size when growing */
   size_t nactive;         /* pages in active extents (slabs and large) */
@@ -293,9 +318,9 @@ struct arena_s {
   bool huge;              /* the oversize arena */
   unsigned nthreads;      /* threads bound (atomic) */
   bool purge_pending;     /* atomic: a decay step is due, purge after unlocking */
-  uint64_t decay_epoch_ns;  /* start of the current decay step */
-  size_t decay_nunpurged;   /* dirty pages after the last step */
-  size_t decay_backlog[100]; /* pages newly dirtied per step, newest first (DECAY_STEPS) */
+  decay_t ddecay, mdecay; /* dirty -> muzzy/purged, muzzy -> purged */
+  bool bg_scheduled;      /* its background thread knows it has pages to decay */
+  size_t bg_seen_npages;  /* dirty pages when that thread was last told */
   bin_t bins[SZ_NSMALL + 1];
   /* stats (issue 7), under elock: per large class, purge passes and madvise calls */
   uint64_t lext_nmalloc[SZ_NCLASSES - SZ_NSMALL], lext_ndalloc[SZ_NCLASSES - SZ_NSMALL];
@@ -320,10 +345,29 @@ HIDDEN void *arena_small_alloc(arena_t *a, szind_t ind, bool zero);
 HIDDEN bool arena_large_resize(edata_t *e, size_t usize); /* in place; true on failure */
 HIDDEN void *arena_large_remap(edata_t *e, size_t usize); /* mremap; NULL on failure */
 HIDDEN size_t arena_purge_all(void); /* pages purged */
-/* decay.c: dirty pages age out over dirty_decay_ms along a linear curve, oldest first. */
+/* decay.c: dirty pages age out over dirty_decay_ms along a smooth curve, oldest first,
+ * then muzzy pages over muzzy_decay_ms; and the container-limit purge. */
 HIDDEN uint64_t decay_now(void);
 HIDDEN void arena_note_dirty(arena_t *a);  /* elock held: sets purge_pending if a step is due */
 HIDDEN void arena_maybe_purge(arena_t *a); /* no lock held */
+HIDDEN void decay_init(decay_t *d, int64_t ms, uint64_t now);
+/* Advances d's clock to now with npages in its set; returns how many may stay. */
+HIDDEN size_t decay_step(decay_t *d, size_t npages, uint64_t now);
+/* When d's next step is due (UINT64_MAX: nothing to decay by age). */
+HIDDEN uint64_t decay_deadline(const decay_t *d, size_t npages);
+/* One decay pass of both stages; no lock held. Returns the arena's next deadline
+ * (UINT64_MAX if nothing is left to decay by age). The background threads' step. */
+HIDDEN uint64_t arena_decay(arena_t *a);
+HIDDEN size_t arena_purge(arena_t *a); /* every dirty and muzzy page now, forced; pages */
+HIDDEN extern int64_t arenas_dirty_decay_ms, arenas_muzzy_decay_ms; /* atomic: new arenas' */
+/* Container limit: resident (extent_resident_pages + metadata) within the headroom of the
+ * limit sets a pending purge of every arena, done by the next arena_maybe_purge. */
+HIDDEN uint64_t limit_headroom(uint64_t limit);
+HIDDEN bool limit_due(uint64_t resident, uint64_t limit, uint64_t headroom, uint64_t rearm);
+HIDDEN void limit_check(arena_t *a); /* elock held: pages just became resident */
+HIDDEN size_t limit_purge(void);     /* no lock held: purge every arena now; pages */
+HIDDEN extern uint64_t limit_npurges; /* atomic: stats.mem_limit_purges */
+HIDDEN extern bool limit_pending;     /* atomic */
 static inline arena_t *arena_of(const edata_t *e) { return arenas[e->arena_ind]; }
 
 /* ------------------------------------------------------------------ tcache.c */
@@ -395,6 +439,12 @@ typedef struct {
   char stats_file[256];      /* OpenMetrics textfile; %p is the pid */
   uint64_t stats_interval_ms; /* rewrite period of stats_file */
   bool stats_metrics_detail; /* per-arena and per-size-class series */
+  int64_t muzzy_decay_ms;    /* 0 (default): dirty pages are purged, never made muzzy */
+  bool background_thread;
+  unsigned max_background_threads; /* 0: one per usable CPU */
+  unsigned thp;              /* THP_* */
+  unsigned metadata_thp;     /* MTHP_* */
+  uint64_t limit_headroom;   /* bytes under the cgroup limit where purging starts; 0: auto */
 } opt_t;
 HIDDEN extern opt_t opt;
 HIDDEN void conf_init(void);
@@ -424,6 +474,7 @@ HIDDEN void ctl_postfork_child(void);
 typedef struct {
   size_t allocated, active, metadata, resident, mapped, retained, dirty;
   size_t small_allocated, large_allocated;
+  size_t muzzy;
 } stats_t;
 HIDDEN void stats_merge(stats_t *s);
 
@@ -492,5 +543,33 @@ HIDDEN void ureserve_thread_exit(tsd_t *tsd);
 /* slab.c: give a chain of regions back unless a's gen moved on (checked under the lock). */
 HIDDEN void bin_return_chain(arena_t *a, szind_t ind, void *head, uint64_t gen); /* flush and give up the thread's cache */
 HIDDEN NORETURN void strata_bad_flag(const char *func, const char *what, unsigned ind);
+HIDDEN int ctl_rw(void *oldp, size_t *oldlenp, void *newp, size_t newlen, const void *val, size_t len);
+/* decay.c */
+HIDDEN ctl_handler_t ctl_arena_decay, ctl_arena_purge, ctl_arena_dirty_decay_ms, ctl_arena_muzzy_decay_ms,
+    ctl_arenas_dirty_decay_ms, ctl_arenas_muzzy_decay_ms, ctl_opt_dirty_decay_ms, ctl_opt_muzzy_decay_ms,
+    ctl_stats_mem_limit, ctl_stats_mem_limit_purges,
+    ctl_opt_limit_headroom;
+/* background.c */
+HIDDEN ctl_handler_t ctl_background_thread, ctl_max_background_threads, ctl_opt_background_thread,
+    ctl_opt_max_background_threads, ctl_opt_thp, ctl_opt_metadata_thp, ctl_stats_bg_num_threads,
+    ctl_stats_bg_num_runs, ctl_stats_bg_run_interval;
+/* Per-arena page counts for the stats code (elock taken inside). */
+HIDDEN void arena_page_counts(arena_t *a, size_t *ndirty, size_t *nmuzzy);
+
+/* ------------------------------------------------------------------ background.c */
+/* Background purging threads: created lazily when an arena has pages to decay, never
+ * inside the first malloc; each sleeps until its arenas' earliest decay deadline. */
+HIDDEN extern bool bg_enabled;          /* atomic */
+/* No lock held: wake a's thread, or mark it wanted (bg_create_pending). pthread_create
+ * may call malloc, so a wanted thread is created later by bg_create_wanted, which the
+ * entry points call on their slow paths once nothing of strata's is in progress. */
+HIDDEN void bg_wake(arena_t *a);
+HIDDEN extern bool bg_create_pending;   /* atomic */
+HIDDEN void bg_create_wanted(void);
+HIDDEN bool bg_set_enabled(bool on);    /* true on failure */
+HIDDEN void bg_boot(void);              /* strata_init: background_thread from the options */
+HIDDEN void bg_prefork(void);
+HIDDEN void bg_postfork_parent(void);
+HIDDEN void bg_postfork_child(void);
 
 #endif /* STRATA_INTERNAL_H */

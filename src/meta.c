@@ -27,6 +27,7 @@ void *meta_alloc(size_t size) {
       return NULL;
     }
     meta_total_mapped += bsize;
+    os_thp_apply(b, bsize, true);
     if (size > META_BLOCK) { /* a one-off large block: do not abandon the current one */
       mtx_unlock(&meta_lock);
       return b;

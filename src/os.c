@@ -168,6 +168,8 @@ void os_init(void) {
   os_mem_limit = cgroup_mem_limit();
 }
 
+uint64_t os_mem_limit_read(void) { return cgroup_mem_limit(); }
+
 void *os_map(size_t size, size_t align) {
   if (align <= os_page) {
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -189,6 +191,38 @@ void *os_map(size_t size, size_t align) {
 void os_unmap(void *addr, size_t size) { munmap(addr, size); }
 
 void os_purge(void *addr, size_t size) { madvise(addr, size, MADV_DONTNEED); }
+
+#ifndef MADV_FREE
+#define MADV_FREE 8
+#endif
+static bool os_no_madv_free; /* the kernel said EINVAL once (before 4.5): stop asking */
+
+void os_purge_lazy(void *addr, size_t size) {
+  if (!__atomic_load_n(&os_no_madv_free, __ATOMIC_RELAXED) && madvise(addr, size, MADV_FREE) == 0) return;
+  __atomic_store_n(&os_no_madv_free, true, __ATOMIC_RELAXED);
+  madvise(addr, size, MADV_DONTNEED);
+}
+
+/* thp:always asks for huge pages on strata's extents (mappings of 2 MiB and more are
+ * 2 MiB aligned, see extent_grow), thp:never refuses them, thp:default leaves the
+ * system's setting. metadata_thp:always asks for them on metadata blocks, auto once the
+ * metadata passes a few blocks (jemalloc's auto waits for the same reason: a small
+ * program should not pay 2 MiB of RSS for a few KiB of metadata). */
+#define META_THP_AUTO_BYTES ((size_t)8 << 20)
+void os_thp_apply(void *addr, size_t size, bool metadata) {
+  int advice = -1;
+  if (metadata) {
+    if (opt.metadata_thp == MTHP_ALWAYS || (opt.metadata_thp == MTHP_AUTO && meta_mapped() >= META_THP_AUTO_BYTES))
+      advice = MADV_HUGEPAGE;
+    else if (opt.thp == THP_NEVER)
+      advice = MADV_NOHUGEPAGE;
+  } else if (opt.thp == THP_ALWAYS) {
+    advice = MADV_HUGEPAGE;
+  } else if (opt.thp == THP_NEVER) {
+    advice = MADV_NOHUGEPAGE;
+  }
+  if (advice >= 0) madvise(addr, size, advice);
+}
 
 void *os_remap(void *addr, size_t old, size_t new_size) {
   void *p = mremap(addr, old, new_size, MREMAP_MAYMOVE);

@@ -119,10 +119,12 @@ unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n) {
     }
   }
   unsigned from_remote = got;
+  bool next_slab = false;
   while (got < n) {
     edata_t *s = bin->cur;
     if (s == NULL || s->nfree == 0) {
       s = bin_next_slab(a, bin, ind);
+      next_slab = true;
       if (s == NULL) break;
     }
     sassert(s->slab && s->szind == ind && s->nfree <= bi->nregs);
@@ -151,6 +153,8 @@ unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n) {
   bin->nmalloc += got;
   bin->nfills++;
   mtx_unlock(&bin->lock);
+  /* A new slab may have brought the container-limit purge due (limit_check). */
+  if (unlikely(next_slab)) arena_maybe_purge(a);
   return got;
 }
 

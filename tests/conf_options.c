@@ -176,7 +176,9 @@ TEST(test_conf_every_documented_option_is_accepted)
 {
     const char *all = "abort_conf:true,narenas:2,tcache:true,tcache_max:4096,"
                       "oversize_threshold:16777216,retain:true,junk:false,zero:false,"
-                      "abort:false,confirm_conf:false";
+                      "abort:false,confirm_conf:false,dirty_decay_ms:10000,muzzy_decay_ms:0,"
+                      "background_thread:false,max_background_threads:2,thp:default,"
+                      "metadata_thp:disabled,limit_headroom:0";
     check_child_t *r = run(CONF_PROBE, NULL, all, NULL);
     CHECK_CHILD_EXITED_0(r);
     CHECK(strstr(r->err, "<strata>") == NULL, "MALLOC_CONF=%s:\n%s", all, r->err);

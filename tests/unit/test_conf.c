@@ -41,6 +41,32 @@ static void test_good_options_parse(void) {
   CHECK_EQ(o.dirty_decay_ms, 500);
 }
 
+static void test_memory_return_options_parse(void) {
+  opt_t o = opt;
+  char msg[2048];
+  int p = parse_capture(&o,
+                        "muzzy_decay_ms:2500,background_thread:true,max_background_threads:3,thp:always,"
+                        "metadata_thp:auto,limit_headroom:64M",
+                        msg, sizeof(msg));
+  CHECK_EQ(p, 0);
+  CHECK_EQ(msg[0], '\0');
+  CHECK_EQ(o.muzzy_decay_ms, 2500);
+  CHECK(o.background_thread);
+  CHECK_EQ(o.max_background_threads, 3);
+  CHECK_EQ(o.thp, THP_ALWAYS);
+  CHECK_EQ(o.metadata_thp, MTHP_AUTO);
+  CHECK_EQ(o.limit_headroom, (uint64_t)64 << 20);
+  p = parse_capture(&o, "muzzy_decay_ms:-1,thp:never,metadata_thp:always", msg, sizeof(msg));
+  CHECK_EQ(p, 0);
+  CHECK_EQ(o.muzzy_decay_ms, -1);
+  CHECK_EQ(o.thp, THP_NEVER);
+  CHECK_EQ(o.metadata_thp, MTHP_ALWAYS);
+  parse_capture(&o, "thp:sometimes", msg, sizeof(msg));
+  CHECK(strstr(msg, "invalid value \"sometimes\" for \"thp\" in TEST (accepted: default, always, never)") != NULL);
+  parse_capture(&o, "metadata_thp:yes", msg, sizeof(msg));
+  CHECK(strstr(msg, "(accepted: disabled, auto, always)") != NULL);
+}
+
 static void test_unknown_key_is_named_with_accepted_keys(void) {
   opt_t o = opt;
   char msg[2048];
@@ -54,7 +80,9 @@ static void test_unknown_key_is_named_with_accepted_keys(void) {
 static void test_bad_values_keep_defaults(void) {
   const char *bad[] = {"narenas:0", "narenas:-1", "narenas:abc", "narenas:5000", "tcache:yes",
                        "tcache_max:9M", "junk:maybe", "oversize_threshold:12Q", "dirty_decay_ms:-5",
-                       "narenas:99999999999999999999999", "tcache_max:", "zero"};
+                       "narenas:99999999999999999999999", "tcache_max:", "zero", "muzzy_decay_ms:-2",
+                       "background_thread:yes", "max_background_threads:0", "max_background_threads:5000",
+                       "thp:madvise", "metadata_thp:true", "limit_headroom:lots"};
   for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     opt_t o = opt;
     char msg[2048];
@@ -83,7 +111,7 @@ static void test_later_settings_win_and_errors_do_not_stop_parsing(void) {
 static void test_jemalloc_options_not_yet_supported_are_noted(void) {
   opt_t o = opt;
   char msg[2048];
-  int p = parse_capture(&o, "background_thread:true", msg, sizeof(msg));
+  int p = parse_capture(&o, "percpu_arena:percpu", msg, sizeof(msg));
   CHECK_EQ(p, 0);
   CHECK(strstr(msg, "not supported yet") != NULL);
 }
@@ -92,6 +120,7 @@ int main(void) {
   if (strata_init()) return 1;
   printf("unit: conf\n");
   RUN(test_good_options_parse);
+  RUN(test_memory_return_options_parse);
   RUN(test_unknown_key_is_named_with_accepted_keys);
   RUN(test_bad_values_keep_defaults);
   RUN(test_later_settings_win_and_errors_do_not_stop_parsing);

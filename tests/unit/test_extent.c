@@ -34,7 +34,7 @@ static void test_alloc_registers_first_and_last(void) {
 static void test_neighbours_coalesce_when_freed(void) {
   mtx_lock(&a->elock);
   /* Start from nothing dirty so the three pieces come out of one retained span. */
-  extent_purge(a, 0);
+  extent_purge(a, ES_DIRTY, 0, false);
   edata_t *x = extent_alloc(a, 4 * os_page, os_page);
   edata_t *y = extent_alloc(a, 4 * os_page, os_page);
   edata_t *z = extent_alloc(a, 4 * os_page, os_page);
@@ -69,7 +69,7 @@ static void test_aligned_alloc_splits_lead_and_trail(void) {
 
 static void test_grow_and_shrink_in_place(void) {
   mtx_lock(&a->elock);
-  extent_purge(a, 0);
+  extent_purge(a, ES_DIRTY, 0, false);
   edata_t *e = extent_alloc(a, 4 * os_page, os_page);
   CHECK(e != NULL);
   uintptr_t addr = e->addr;
@@ -93,7 +93,7 @@ static void test_purge_moves_dirty_to_retained(void) {
   extent_dalloc(a, e);
   CHECK(a->dirty.npages >= 32);
   size_t retained0 = a->retained.npages;
-  size_t purged = extent_purge(a, 0);
+  size_t purged = extent_purge(a, ES_DIRTY, 0, false);
   CHECK(purged >= 32);
   CHECK_EQ(a->dirty.npages, 0);
   CHECK(a->retained.npages >= retained0 + 32);

@@ -69,7 +69,7 @@ SUITE: tuple[Workload, ...] = (
              _STD_ROUNDS, _est(0.1, 2.2)),
     Workload("wl_memreturn", "binary",
              "memory returned to the OS after a 2 GiB peak, then 15 s idle sampling RSS "
-             "every 100 ms",
+             "every 50 ms",
              {"tiny": 1, "default": 1, "full": 3}, _est(1.1, 16.4, 16.4),
              timed=False, series=True),
     Workload("redis", "redis",

@@ -1,0 +1,123 @@
+/* Unit tests of decay.c: the decay clock's curve (each stage on its own clock), dirty ->
+ * muzzy -> retained, and the container-limit logic (headroom, when a purge is due, the
+ * purge of every arena when taking fresh pages brings resident near the limit). */
+#include <string.h>
+
+#include "internal.h"
+#include "unit.h"
+
+#define MS 1000000ULL
+
+static void test_decay_curve_keeps_new_pages_and_ends_at_zero(void) {
+  decay_t d;
+  uint64_t t0 = 1000 * MS;
+  decay_init(&d, 1000, t0); /* 100 steps of 10 ms */
+  CHECK_EQ(decay_step(&d, 1000, t0 + 1 * MS), 1000); /* no step yet */
+  size_t k1 = decay_step(&d, 1000, t0 + 10 * MS);      /* first step: all new, h(0) = 1 */
+  CHECK_EQ(k1, 1000);
+  d.nunpurged = 1000;
+  size_t half = decay_step(&d, 1000, t0 + 510 * MS);   /* 50 steps later: smoothstep(0.5) = 0.5 */
+  CHECK(half >= 480 && half <= 520);
+  d.nunpurged = half;
+  size_t late = decay_step(&d, half, t0 + 910 * MS);   /* 90 steps: 1 - smoothstep(0.9) = 0.028 */
+  CHECK(late > 0 && late < 60);
+  d.nunpurged = late;
+  CHECK_EQ(decay_step(&d, late, t0 + 1020 * MS), 0);   /* past the decay time: nothing stays */
+}
+
+static void test_decay_zero_and_never(void) {
+  decay_t d;
+  decay_init(&d, 0, 0);
+  CHECK_EQ(decay_step(&d, 500, 5 * MS), 0);
+  CHECK_EQ(decay_deadline(&d, 500), UINT64_MAX); /* purged at once, never scheduled */
+  decay_init(&d, -1, 0);
+  CHECK_EQ(decay_step(&d, 500, 100000 * MS), 500);
+  CHECK_EQ(decay_deadline(&d, 500), UINT64_MAX);
+  decay_init(&d, 1000, 7 * MS);
+  CHECK_EQ(decay_deadline(&d, 0), UINT64_MAX);       /* nothing in the set: no wake-up */
+  CHECK_EQ(decay_deadline(&d, 1), 7 * MS + 10 * MS); /* else the next step */
+  CHECK_EQ(decay_step(&d, 10, 17 * MS), 10);
+  d.nunpurged = 10;
+  /* Emptied (the pages were reused): still on the clock until a decay time passes. */
+  CHECK(decay_deadline(&d, 0) != UINT64_MAX);
+  decay_step(&d, 0, 2000 * MS);
+  CHECK_EQ(decay_deadline(&d, 0), UINT64_MAX);
+}
+
+/* A large block freed into arena a: its pages become dirty. */
+static void free_large(arena_t *a, size_t size) {
+  void *p = arena_large_alloc(a, size, 0, false);
+  CHECK(p != NULL);
+  memset(p, 1, size);
+  arena_large_dalloc(rt_edata(rtree_read((uintptr_t)p)));
+}
+
+static void test_dirty_goes_muzzy_then_retained_each_on_its_clock(void) {
+  arena_t *a = arena_get(1);
+  uint64_t now = decay_now();
+  decay_init(&a->ddecay, 0, now);  /* dirty: at once, lazily (muzzy is not 0) */
+  decay_init(&a->mdecay, -1, now); /* muzzy: never */
+  size_t retained0 = a->retained.npages;
+  free_large(a, (size_t)1 << 20);
+  arena_maybe_purge(a);
+  CHECK_EQ(a->dirty.npages, 0);
+  CHECK(a->muzzy.npages >= ((size_t)1 << 20) / os_page);
+  CHECK_EQ(arena_decay(a), UINT64_MAX); /* muzzy never decays: no deadline */
+  CHECK(a->muzzy.npages > 0);
+  decay_init(&a->mdecay, 0, decay_now());
+  arena_decay(a);
+  CHECK_EQ(a->muzzy.npages, 0);
+  CHECK(a->retained.npages >= retained0 + ((size_t)1 << 20) / os_page);
+  /* muzzy 0: dirty pages skip the muzzy stage. */
+  free_large(a, (size_t)1 << 20);
+  arena_maybe_purge(a);
+  CHECK_EQ(a->dirty.npages, 0);
+  CHECK_EQ(a->muzzy.npages, 0);
+}
+
+static void test_limit_headroom_and_due(void) {
+  uint64_t M = (uint64_t)1 << 20;
+  CHECK_EQ(limit_headroom(1024 * M), 32 * M); /* 1/32 */
+  CHECK_EQ(limit_headroom(64 * M), 4 * M);    /* at least 4 MiB */
+  CHECK_EQ(limit_headroom(8 * M), 2 * M);     /* at most a quarter */
+  CHECK(!limit_due(500 * M, 0, 32 * M, 0));   /* no limit */
+  CHECK(!limit_due(900 * M, 1024 * M, 32 * M, 0));
+  CHECK(limit_due(1000 * M, 1024 * M, 32 * M, 0));
+  /* After a purge, not again until resident grew past the re-arm point ... */
+  CHECK(!limit_due(995 * M, 1024 * M, 32 * M, 1000 * M));
+  CHECK(limit_due(1001 * M, 1024 * M, 32 * M, 1000 * M));
+  /* ... unless it is within half the headroom of the limit. */
+  CHECK(limit_due(1010 * M, 1024 * M, 32 * M, 2000 * M));
+}
+
+static void test_limit_purges_every_arena_when_fresh_pages_near_it(void) {
+  arena_t *a = arena_get(2), *b = arena_get(3);
+  uint64_t now = decay_now();
+  decay_init(&a->ddecay, -1, now); /* nothing decays by age: only the limit can purge */
+  decay_init(&b->ddecay, -1, now);
+  free_large(a, (size_t)8 << 20); /* 8 MiB dirty in arena a */
+  arena_maybe_purge(a);
+  CHECK(a->dirty.npages >= ((size_t)8 << 20) / os_page);
+  /* A limit just above what is resident now: arena b taking fresh pages must purge a. */
+  limit_check(a); /* reads the real limit now, so the one set below stays for a second */
+  uint64_t saved = os_mem_limit, before = limit_npurges;
+  uint64_t res = (uint64_t)extent_resident_pages * os_page + meta_mapped();
+  os_mem_limit = res + ((uint64_t)6 << 20); /* headroom 4 MiB: 2 MiB of fresh pages are due */
+  void *p = arena_large_alloc(b, (size_t)4 << 20, 0, false);
+  CHECK(p != NULL);
+  CHECK_EQ(limit_npurges, before + 1);
+  CHECK_EQ(a->dirty.npages, 0);
+  arena_large_dalloc(rt_edata(rtree_read((uintptr_t)p)));
+  os_mem_limit = saved;
+}
+
+int main(void) {
+  if (strata_init()) return 1;
+  printf("unit: decay\n");
+  RUN(test_decay_curve_keeps_new_pages_and_ends_at_zero);
+  RUN(test_decay_zero_and_never);
+  RUN(test_dirty_goes_muzzy_then_retained_each_on_its_clock);
+  RUN(test_limit_headroom_and_due);
+  RUN(test_limit_purges_every_arena_when_fresh_pages_near_it);
+  UNIT_EXIT();
+}
