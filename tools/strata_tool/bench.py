@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import allocators as al
 from . import analyze, redis_bench, report, runner, sysinfo
+from . import experiments
 from .schedule import Schedule
 from .workloads import PRESETS, Workload, select
 
@@ -208,7 +209,7 @@ def main(args: argparse.Namespace) -> int:
 
     agg = analyze.aggregate(results["runs"])
     timed = {w.name for w, _ in plan if w.timed}
-    summary = analyze.summarize(agg, names, timed)
+    summary = analyze.summarize(experiments.core_only(agg), names, timed)
     results["aggregate"] = agg
     results["summary"] = summary
     _write_json(out / "results.json", results)
@@ -240,7 +241,8 @@ def _rerender(path: Path, draw: bool) -> int:
     names = results["config"]["allocators"]
     timed = {w for w, m in results["workloads"].items() if m.get("timed", True)}
     results["aggregate"] = analyze.aggregate(results["runs"])
-    results["summary"] = analyze.summarize(results["aggregate"], names, timed)
+    results["summary"] = analyze.summarize(experiments.core_only(results["aggregate"]),
+                                           names, timed)
     out = path.resolve().parent
     _write_json(path, results)
     for line in report.write(out, results, draw=draw).get("notes", []):
@@ -271,6 +273,8 @@ def _unavailable(w: Workload, build: Path) -> str | None:
             return (f"{b} not found (build the workloads: ninja -C {build}, with "
                     f"STRATA_BUILD_BENCH=ON)")
         return None
+    if w.kind in experiments.RUNNERS:
+        return experiments.unavailable(w.kind)
     if redis_bench.tools() is None:
         return ("redis-server/redis-benchmark/redis-cli not installed: "
                 f"{al.INSTALL_HINT} (or: apt-get install redis-server redis-tools)")
@@ -280,9 +284,13 @@ def _unavailable(w: Workload, build: Path) -> str | None:
 def _run_one(w: Workload, a: al.Allocator, rnd: int, build: Path, preset: str,
              timeout: float, args, base_env: dict, results: dict) -> dict:
     rec: dict = {"workload": w.name, "allocator": a.name, "round": rnd, "warnings": []}
-    if w.kind == "redis":
-        rec["preload"] = a.redis_preload()
-        pr, result, warns = redis_bench.run(a, preset, timeout, base_env)
+    if w.kind == "redis" or w.kind in experiments.RUNNERS:
+        rec["preload"] = a.redis_preload() if w.kind.startswith("redis") else a.preload()
+        if w.kind == "redis":
+            pr, result, warns = redis_bench.run(a, preset, timeout, base_env)
+        else:
+            pr, result, warns = experiments.run(w.kind, a, preset, timeout, base_env,
+                                                Path(results["config"]["out_dir"]))
         rec["warnings"] += warns
         if result is not None:
             rec["verification"] = result.get("verification")
