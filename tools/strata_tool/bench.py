@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import allocators as al
 from . import analyze, redis_bench, report, runner, sysinfo
-from . import experiments
+from . import experiments, sweep
 from .schedule import Schedule
 from .workloads import PRESETS, Workload, select
 
@@ -77,6 +77,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from-results", type=Path, default=None, metavar="FILE",
                    help="run nothing: re-analyse FILE (a results.json) and rewrite the "
                         "report and plots beside it")
+    p.add_argument("--sweep", default=None, metavar="KEY=V1,V2,...",
+                   help="tuning sweep: run the --only workloads (default wl_server) under "
+                        "strata and jemalloc for each value of narenas, tcache_max or "
+                        "dirty_decay_ms (MALLOC_CONF); writes sweep.md with plots")
     p.add_argument("--list", action="store_true",
                    help="list workloads and allocators with their availability, then exit")
     p.set_defaults(func=main)
@@ -99,6 +103,8 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if args.list:
         return _list(build, allocs, wls, mode)
+    if args.sweep:
+        return sweep.main(args, build, repo)
     if args.from_results:
         return _rerender(args.from_results, not args.no_plots)
     for a in allocs:
