@@ -113,7 +113,8 @@ def run(alloc: al.Allocator, preset: str, timeout: float, env: dict,
                     text = f.read()
                 box["heaps"] = max(box["heaps"], count_arena_heaps(text))
                 box["samples"] += 1
-                if box["mapped"] is None and alloc.preload():
+                # Until seen: the first sample can come before ld.so maps the preload.
+                if not box["mapped"] and alloc.preload():
                     box["mapped"] = al.is_mapped(proc.pid, alloc.preload())
             except OSError:
                 pass
