@@ -308,14 +308,23 @@ def run_mixed(alloc: al.Allocator, preset: str, timeout: float,
     return res, result, warnings
 
 
-def _memory(c: Resp, pid: int) -> dict:
+def _memory(c: Resp, pid: int, empty: dict | None = None) -> dict:
     time.sleep(CRON_WAIT_S)
     info = redis_bench.parse_info(c.call("INFO", "memory").decode(errors="replace"))
     rss_kb = servers.status_kb(pid, "VmRSS")
     out = {k: info.get(k) for k in INFO_FIELDS}
     out["vmrss_kb"] = rss_kb
     um = info.get("used_memory")
-    out["rss_per_used"] = (rss_kb * 1024 / um) if rss_kb and isinstance(um, int) and um else None
+    ok = rss_kb and isinstance(um, int) and um
+    out["rss_per_used"] = (rss_kb * 1024 / um) if ok else None
+    # The data's own factor: what loading added to RSS over what it added to used_memory
+    # (the empty server's binary, libraries, stacks and own allocations left out).
+    if ok and empty and empty.get("vmrss_kb") and isinstance(empty.get("used_memory"), int) \
+            and um > empty["used_memory"]:
+        out["heap_per_used"] = ((rss_kb - empty["vmrss_kb"]) * 1024
+                                / (um - empty["used_memory"]))
+    else:
+        out["heap_per_used"] = None
     return out
 
 
@@ -340,19 +349,20 @@ def run_frag(alloc: al.Allocator, preset: str, timeout: float,
                 srv.check_loopback()
                 ver = _verify(t, alloc, srv, senv)
                 c = Resp(port, timeout=max(10.0, timeout))
+                empty = _memory(c, srv.pid)
                 val = "v" * FRAG_VALUE
                 t0 = time.perf_counter()
                 c.pipeline(set_commands(range(nkeys), val.encode()))
                 load_s = time.perf_counter() - t0
-                stages = {"loaded": _memory(c, srv.pid)}
+                stages = {"loaded": _memory(c, srv.pid, empty)}
                 victims = list(range(nkeys))
                 random.Random(12).shuffle(victims)
                 t0 = time.perf_counter()
                 c.pipeline(del_commands(victims[:nkeys // 2]))
                 del_s = time.perf_counter() - t0
-                stages["deleted_half"] = _memory(c, srv.pid)
+                stages["deleted_half"] = _memory(c, srv.pid, empty)
                 c.call("MEMORY", "PURGE")
-                stages["purged"] = _memory(c, srv.pid)
+                stages["purged"] = _memory(c, srv.pid, empty)
                 dbsize = int(c.call("DBSIZE"))
                 c.close()
                 if dbsize != nkeys - nkeys // 2:
@@ -364,6 +374,7 @@ def run_frag(alloc: al.Allocator, preset: str, timeout: float,
                     "peak_rss_kb": servers.status_kb(srv.pid, "VmHWM"),
                     "final_rss_kb": stages["purged"]["vmrss_kb"],
                     "keys": nkeys, "value_size": FRAG_VALUE, "stages": stages,
+                    "empty": empty,
                     "verification": ver, "verified_allocator": ver["verified_allocator"],
                 }
                 if not ver["ok"]:

@@ -154,6 +154,15 @@ def _vs_strata(results: Mapping, wl: str, path: str, lower_is_better: bool = Tru
     return ", ".join(parts)
 
 
+def _claim(results: Mapping, wl: str, path: str, a: str, b: str, what: str) -> str:
+    """"<what>: a is X× b" from the medians, for the articles' claims; "" if either is
+    missing."""
+    fig = figure(results, wl, path)
+    if a not in fig or b not in fig or not fig[b]["median"]:
+        return ""
+    return f"{what}: {a} {fig[a]['median'] / fig[b]['median']:.2f}× {b} in this run.\n"
+
+
 # ---- sections --------------------------------------------------------------------------
 
 MIXED_COLS = [("req/s", "rps", "k/s"), ("p50", "p50_ms", "ms"), ("p99", "p99_ms", "ms"),
@@ -179,6 +188,9 @@ def _mixed_section(results: Mapping, out: Path, draw: bool) -> str:
     vs = _vs_strata(results, "redis_mixed", f"by_clients.{top}.p999_ms")
     if vs:
         L.append(f"strata's p99.9 at {top} clients: {vs}.\n")
+    L.append(_claim(results, "redis_mixed", f"by_clients.{top}.p999_ms", "glibc", "jemalloc",
+                    f"The article's claim (glibc's p99.9 far above jemalloc's at high "
+                    f"concurrency), p99.9 at {top} clients"))
     if draw and _lines(out / "redis_mixed.png", results, "redis_mixed",
                        list(exp_redis.MIXED_CLIENTS),
                        [("p99.9 latency (ms)", "by_clients.{x}.p999_ms"),
@@ -199,6 +211,7 @@ def _frag_section(results: Mapping, out: Path, draw: bool) -> str:
                   [("VmRSS", f"stages.{st}.vmrss_kb", "MiB", True),
                    ("used_memory", f"stages.{st}.used_memory", "B", True),
                    ("RSS / used_memory", f"stages.{st}.rss_per_used", "x", True),
+                   ("ΔRSS / Δused_memory", f"stages.{st}.heap_per_used", "x", True),
                    ("mem_fragmentation_ratio", f"stages.{st}.mem_fragmentation_ratio", "x",
                     True)])
         if t:
@@ -216,6 +229,14 @@ def _frag_section(results: Mapping, out: Path, draw: bool) -> str:
     vs = _vs_strata(results, "redis_frag", "stages.loaded.vmrss_kb")
     if vs:
         L.append(f"strata's RSS after loading: {vs}.\n")
+    fr = figure(results, "redis_frag", "stages.loaded.rss_per_used")
+    if fr:
+        L.append("Published mem_fragmentation_ratio on this shape: tcmalloc 1.01, jemalloc "
+                 "1.02, glibc 1.31; here (RSS / used_memory after the SETs): "
+                 + ", ".join(f"{a} {sp['median']:.2f}" for a, sp in fr.items())
+                 + ". Every RSS includes the empty server's (about 12 MiB: binary, libraries, "
+                 "stacks); ΔRSS / Δused_memory compares what the data added to each over the "
+                 "empty server.\n")
     if draw and _bars(out / "redis_frag.png", results, "redis_frag",
                       [(lab, f"stages.{st}.vmrss_kb") for st, lab in FRAG_STAGES],
                       "VmRSS (MiB)", "Redis: 1M small values", scale=1 / 1024):
@@ -267,6 +288,8 @@ def _jvm_section(results: Mapping, out: Path, draw: bool) -> str:
     vs = _vs_strata(results, "jvm", "peak_rss_kb")
     if vs:
         L.append(f"strata's peak RSS: {vs}.\n")
+    L.append(_claim(results, "jvm", "peak_rss_kb", "glibc", "jemalloc",
+                    "The article's claim (glibc's per-thread arenas blow RSS up), peak RSS"))
     if draw and _bars(out / "jvm.png", results, "jvm",
                       [("peak RSS", "peak_rss_kb"), ("final RSS", "final_rss_kb")],
                       "MiB", "JVM, 100 threads of native allocation", scale=1 / 1024):
@@ -283,7 +306,13 @@ def _drift_section(results: Mapping, out: Path, draw: bool) -> str:
     if not t:
         return ""
     L = ["Fragmentation is (RSS - RSS at start - the harness's bookkeeping) / live bytes: "
-         "1.00 is perfect.\n", t + "\n"]
+         "1.00 is perfect. The run lasts seconds, so freed pages still inside an "
+         "allocator's decay window (10 s by default for jemalloc and strata) count here; "
+         "`strata bench --sweep dirty_decay_ms=0,10000 --only drift` separates the two.\n",
+         t + "\n"]
+    L.append(_claim(results, "wl_drift", "frag_mean_2nd_half", "glibc", "jemalloc",
+                    "The article's claim (glibc ~25% over days, jemalloc under 5%), mean "
+                    "fragmentation over the 2nd half"))
     if draw and _series(out / "drift_frag.png", results, "wl_drift", "frag_series",
                         "heap RSS / live bytes", "wl_drift: fragmentation over the run"):
         L.append("![drift fragmentation](drift_frag.png)\n")
