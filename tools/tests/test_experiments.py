@@ -230,7 +230,7 @@ def test_report_tables_show_median_spread_and_ratio():
 
 def test_core_only_drops_experiments():
     agg = {"wl_churn": {}, "redis": {}, "redis_frag": {}, "wl_drift": {}, "wl_halffree": {}}
-    assert set(experiments.core_only(agg)) == {"wl_churn", "redis"}
+    assert set(experiments.core_only(agg)) == {"wl_churn", "redis", "wl_halffree"}
 
 
 def test_unavailable_names_the_package(monkeypatch):
