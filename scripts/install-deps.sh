@@ -14,6 +14,8 @@ APT_PKGS=(build-essential cmake ninja-build valgrind
           redis-server redis-tools sqlite3 stress-ng clang libclang-rt-14-dev
           time)   # GNU time: the workloads' own peak RSS (see tools/README.md)
 APT_PKGS+=(prometheus-node-exporter)  # introspection test: scrapes strata's stats_file
+# issue 12: strata bench's experiments (nginx driven by wrk; javac/java for the JVM one).
+APT_PKGS+=(nginx wrk openjdk-17-jdk-headless)
 
 SUDO=()
 if [ "$(id -u)" -ne 0 ]; then

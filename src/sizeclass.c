@@ -12,6 +12,12 @@ bin_info_t bin_info[SZ_NSMALL + 1];
  * objects; a slab grows (up to 16 of them) until the tail waste is under 1/64. */
 #define SLAB_MIN ((size_t)16 << 10)
 #define SLAB_MAX_MULT 16
+/* Classes up to 128 B start at 64 KiB: one 80-byte edata per 16 KiB cost 0.5% of RSS
+ * for 32-48 B objects, the largest out-of-band overhead left (Redis with 1M small keys,
+ * strata bench's redis_frag: 0.5 MiB of 128 MiB, which put strata behind mimalloc).
+ * Pages of a slab are touched only as its regions are handed out. */
+#define SLAB_MIN_TINY ((size_t)64 << 10)
+#define SLAB_TINY_MAX ((size_t)128)
 
 /* Classes 1..9: 8, 16, 32, ..., 128; then 4 per doubling: base + k * base/4. */
 static size_t class_size(szind_t ind) {
@@ -55,7 +61,8 @@ void sz_init(void) {
     __atomic_store_n(&sz_lookup[s >> 3], (uint8_t)sz_size2index_compute(s ? s : 1), __ATOMIC_RELAXED);
   for (szind_t i = 1; i <= SZ_NSMALL; i++) {
     size_t size = sz_size[i], best = 0, best_waste = (size_t)-1;
-    size_t minp = SLAB_MIN > os_page ? SLAB_MIN / os_page : 1;
+    size_t smin = size <= SLAB_TINY_MAX ? SLAB_MIN_TINY : SLAB_MIN;
+    size_t minp = smin > os_page ? smin / os_page : 1;
     for (size_t p = minp; p <= minp * SLAB_MAX_MULT; p++) {
       size_t bytes = p * os_page, waste = bytes % size;
       if (waste < best_waste) {

@@ -45,6 +45,8 @@ static void test_slab_geometry_wastes_little(void) {
     CHECK(waste * 8 <= bi->slab_size); /* under 12.5% for every class */
     /* Division by multiply is exact on region boundaries. */
     for (uint64_t r = 0; r < bi->nregs; r++) CHECK_EQ((r * bi->size * bi->div_magic) >> 32, r);
+    /* Small objects: the slab's edata is at most 1/800 of it (Redis's 32-48 B keys). */
+    if (bi->size <= 128) CHECK(sizeof(edata_t) * 800 <= bi->slab_size);
   }
 }
 

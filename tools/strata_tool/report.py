@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from . import plots, stats
+from . import experiments, plots, stats
 
 DASH = "–"
 LEVEL = 0.01     # |ratio - 1| below this is "level": closer than these runs can resolve
@@ -115,7 +115,10 @@ def workload_table(wl: str, results: Mapping) -> str:
                      f_ratio(rr.get("vs_best_peer")),
                      f"{c['n_ok']}/{c['n_runs']}"])
     note = ""
-    if not timed:
+    if wl in experiments.NAMES:
+        note = ("\n\nAn experiment of the jemalloc literature: kept out of the geomeans; "
+                "its own figures follow.")
+    elif not timed:
         note = ("\n\nIts time is set by its sampling schedule, so it is left out of the "
                 "time ratios and the time geomean; its memory figures are below.")
     return md_table(header, rows) + note
@@ -535,6 +538,12 @@ def write(out: Path, results: Mapping, draw: bool = True) -> dict:
              "peak RSS is the kernel's ru_maxrss of the process (the server for Redis).\n")
     L.append("## Where strata stands\n")
     L.append(standing(results) + "\n")
+    exp_sum = experiments.summary(results)
+    if exp_sum:
+        L.append("### The literature's experiments\n")
+        L.append("Medians of each experiment's headline figure (its section below has the "
+                 "tables, the spread of rounds and a plot; these stay out of the geomeans "
+                 "above):\n\n" + exp_sum + "\n")
     if "time" in pngs or "rss" in pngs:
         L.append("## Plots\n")
         if "time" in pngs:
@@ -566,6 +575,9 @@ def write(out: Path, results: Mapping, draw: bool = True) -> dict:
                 L.append(f"![Redis memory]({pngs['redis']})\n")
         if f"series:{wl}" in pngs:
             L.append(f"![{wl} RSS over time]({pngs[f'series:{wl}']})\n")
+        exp = experiments.section(wl, results, out, plots_on)
+        if exp:
+            L.append(exp + "\n")
 
     L.append("## Verification\n")
     L.append(_verification_text(results) + "\n")

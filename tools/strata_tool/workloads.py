@@ -80,6 +80,35 @@ SUITE: tuple[Workload, ...] = (
 
 BY_NAME = {w.name: w for w in SUITE}
 
+# issue 12: the jemalloc literature's experiments (run and reported by experiments.py);
+# kept out of the headline geomeans (timed=False, and experiments.core_only).
+EXPERIMENTS: tuple[Workload, ...] = (
+    Workload("wl_drift", "binary",
+             "a long server run compressed into seconds: the size mix drifts as object "
+             "types appear and die out, 2% of the live bytes long-lived; RSS against live "
+             "bytes sampled 100 times",
+             {"tiny": 1, "default": 1, "full": 3}, _est(0.4, 4.0, 80.0), timed=False,
+             series=True),
+    Workload("redis_mixed", "redis_mixed",
+             "Redis under a 50:50 SET/GET load on random keys at 16, 64 and 256 clients "
+             "(two redis-benchmark processes at once; merged latency distribution)",
+             {"tiny": 1, "default": 2, "full": 3}, _est(1.0, 3.5, 30.0), timed=False),
+    Workload("redis_frag", "redis_frag",
+             "Redis small-value fragmentation: 1 million SET of 16-byte values, then DEL "
+             "of a random half, then MEMORY PURGE; INFO memory and VmRSS at each step",
+             {"tiny": 1, "default": 1, "full": 3}, _est(1.5, 6.5, 6.5), timed=False),
+    Workload("nginx", "nginx",
+             "Debian's nginx, master and 2 workers, static file and gzip responses "
+             "driven by wrk --latency (64 connections); workers' RSS",
+             {"tiny": 1, "default": 2, "full": 3}, _est(2.5, 4.8, 21.0), timed=False),
+    Workload("jvm", "jvm",
+             "a JVM with 100 threads allocating native memory (Deflater/Inflater, direct "
+             "ByteBuffers): peak and final RSS and glibc's 64 MiB arena heaps",
+             {"tiny": 1, "default": 1, "full": 3}, _est(1.2, 4.5, 40.0), timed=False),
+)
+SUITE = SUITE + EXPERIMENTS
+BY_NAME = {w.name: w for w in SUITE}
+
 
 def select(only: str | None) -> list[Workload]:
     """Workloads named in a comma list (`wl_churn,redis`; the `wl_` prefix may be
