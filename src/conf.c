@@ -22,6 +22,7 @@ opt_t opt = {
     .abort_conf = false,
     .confirm_conf = false,
     .dirty_decay_ms = 10000, /* jemalloc's default */
+    .guard_sample_interval = 0,
 };
 
 extern const char *malloc_conf __attribute__((weak));
@@ -31,7 +32,7 @@ extern char **environ;
 
 static const char *const known_keys =
     "narenas, tcache, tcache_max, oversize_threshold, retain, junk, zero, abort, abort_conf, confirm_conf, "
-    "dirty_decay_ms";
+    "dirty_decay_ms, guard_sample_interval";
 /* jemalloc options a later version of strata implements: accepted and ignored, with a note. */
 static const char *const later_keys[] = {"muzzy_decay_ms", "background_thread",
                                          "thp", "metadata_thp", "percpu_arena", "prof", "prof_active",
@@ -145,6 +146,14 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
         report("invalid value", k, klen, v, vlen, source, "milliseconds >= 0, or -1 to never purge by age");
         problems++;
       }
+    } else if (key_is(k, klen, "guard_sample_interval")) {
+      if (parse_size(v, vlen, (uint64_t)1 << 40, &x) && (vlen == 0 || (v[vlen - 1] >= '0' && v[vlen - 1] <= '9'))) {
+        o->guard_sample_interval = (size_t)x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source,
+               "an integer from 0 (off) to 1099511627776: one in N fresh allocations is guarded");
+        problems++;
+      }
     } else if (key_is(k, klen, "junk")) {
       if (vlen == 4 && memcmp(v, "true", 4) == 0) {
         o->junk = JUNK_ALLOC | JUNK_FREE;
@@ -208,7 +217,7 @@ static const char *env_get(const char *name, char *buf, size_t cap) {
 }
 
 void conf_print(const opt_t *o) {
-  char a[24], b[24], c[24], d[24];
+  char a[24], b[24], c[24], d[24], e[24];
   const char *junk = o->junk == (JUNK_ALLOC | JUNK_FREE) ? "true"
                      : o->junk == JUNK_ALLOC             ? "alloc"
                      : o->junk == JUNK_FREE              ? "free"
@@ -223,8 +232,9 @@ void conf_print(const opt_t *o) {
                          ",abort:", o->abort ? "true" : "false",
                          ",abort_conf:", o->abort_conf ? "true" : "false",
                          ",dirty_decay_ms:", o->dirty_decay_ms < 0 ? "-1" : fmt_u64(d, (uint64_t)o->dirty_decay_ms),
+                         ",guard_sample_interval:", fmt_u64(e, o->guard_sample_interval),
                          ",confirm_conf:true\n"};
-  msg_parts(parts, 21);
+  msg_parts(parts, 23);
 }
 
 void conf_init(void) {

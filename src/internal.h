@@ -36,6 +36,9 @@ HIDDEN char *fmt_u64(char *buf, uint64_t v);  /* returns buf, NUL-terminated */
 HIDDEN char *fmt_hex(char *buf, uint64_t v);  /* "0x..." */
 HIDDEN NORETURN void strata_invalid_free(const char *func, const void *p);
 HIDDEN NORETURN void strata_fatal(const char *what);
+/* A sized free whose size (and alignment) names another class than the block's. */
+HIDDEN NORETURN void strata_size_mismatch(const char *func, const void *p, size_t size, size_t align,
+                                          size_t usize);
 HIDDEN NORETURN void strata_assert_fail(const char *cond, const char *file, int line);
 
 /* ------------------------------------------------------------------ os.c */
@@ -256,7 +259,7 @@ HIDDEN void bin_release_spare(arena_t *a, szind_t ind);
 /*
  * Lock order (fork takes them all in this order): init_lock, tcache_list_lock,
  * arenas_lock, then per arena in index order: bins[1..SZ_NSMALL].lock, elock;
- * then rtree_lock, meta_lock. Code may go right in this list while holding a lock
+ * then guard_lock, rtree_lock, meta_lock. Code may go right in this list while holding a lock
  * (bin -> elock -> rtree/meta), never left, and holds at most one arena's locks.
  */
 struct arena_s {
@@ -344,6 +347,20 @@ HIDDEN void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deall
 HIDDEN extern mtx_t tcache_list_lock;
 HIDDEN extern tcache_t *tcache_list;
 
+/* ------------------------------------------------------------------ guard.c */
+/* Sampled guarded allocations (opt.guard_sample_interval). A guarded block's rtree entry
+ * points at an edata of arena GUARD_ARENA, which idalloc hands to guard_free. */
+#define GUARD_ARENA 0xffff
+HIDDEN extern bool guard_enabled;
+HIDDEN extern mtx_t guard_lock; /* after arenas_lock, before rtree_lock and meta_lock */
+HIDDEN void guard_boot(void);
+/* From the cache fill (no lock held): a guarded block for this allocation, or NULL after
+ * clamping *want so that the fill ends where the thread's countdown does. */
+HIDDEN void *guard_fill_hook(szind_t ind, unsigned *want);
+HIDDEN void guard_free(void *p, edata_t *ed);
+HIDDEN void guard_describe(const void *p); /* fatal reports: what the pool knows of p */
+HIDDEN uint64_t guard_count(void);         /* guarded blocks handed out */
+
 /* ------------------------------------------------------------------ conf.c */
 enum { JUNK_NONE = 0, JUNK_ALLOC = 1, JUNK_FREE = 2 };
 typedef struct {
@@ -358,6 +375,7 @@ typedef struct {
   bool abort_conf;
   bool confirm_conf;
   int64_t dirty_decay_ms;    /* -1: never purge by age; 0: purge at once */
+  size_t guard_sample_interval; /* guard.c: 1 in N cache fills guarded; 0 off */
 } opt_t;
 HIDDEN extern opt_t opt;
 HIDDEN void conf_init(void);
