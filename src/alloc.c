@@ -16,6 +16,7 @@
 #define REMAP_MIN ((size_t)4 << 20)
 
 /* ---------------------------------------------------------------- core */
+HIDDEN void strata_delete_sized(void *p, size_t size);
 HIDDEN void strata_delete_sized_aligned(void *p, size_t size, size_t alignment);
 
 static inline arena_t *tsd_arena(tsd_t *tsd, size_t usize) {
@@ -252,14 +253,16 @@ static NOINLINE void sized_free_slow(void *p, size_t size, size_t align, bool us
   errno = saved;
 }
 
-EXPORT void strata_free_sized(void *p, size_t size) {
+static inline void free_sized_impl(void *p, size_t size, const char *func) {
   uint64_t *slot = rtree_slot((uintptr_t)p);
   if (likely(slot != NULL && size <= SZ_LOOKUP_MAX)) {
     size_t ind = rt_szind(__atomic_load_n(slot, __ATOMIC_RELAXED));
     if (likely(ind == sz_lookup_read(size)) && likely(free_fast(p, ind))) return;
   }
-  sized_free_slow(p, size, 0, true, "free_sized");
+  sized_free_slow(p, size, 0, true, func);
 }
+
+EXPORT void strata_free_sized(void *p, size_t size) { free_sized_impl(p, size, "free_sized"); }
 
 EXPORT void strata_free_aligned_sized(void *p, size_t alignment, size_t size) {
   sized_free_slow(p, size, alignment, true, "free_aligned_sized");
@@ -503,7 +506,7 @@ EXPORT void strata_dallocx(void *p, int flags) {
 
 EXPORT void strata_sdallocx(void *p, size_t size, int flags) {
   if (likely(flags == 0)) {
-    strata_free_sized(p, size);
+    free_sized_impl(p, size, "sdallocx");
     return;
   }
   sized_free_slow(p, size, flag_align(flags), FLAG_TCACHE(flags) != 1, "sdallocx");
@@ -511,6 +514,7 @@ EXPORT void strata_sdallocx(void *p, size_t size, int flags) {
 
 /* C++ sized operator delete: (pointer, size) is free_sized's signature; the aligned
  * forms pass (pointer, size, alignment). */
+HIDDEN void strata_delete_sized(void *p, size_t size) { free_sized_impl(p, size, "operator delete"); }
 HIDDEN void strata_delete_sized_aligned(void *p, size_t size, size_t alignment) {
   sized_free_slow(p, size, alignment, true, "operator delete");
 }
@@ -632,8 +636,8 @@ DELETE_ALIAS(_ZdaPvSt11align_val_t);
 DELETE_ALIAS(_ZdlPvSt11align_val_tRKSt9nothrow_t);
 DELETE_ALIAS(_ZdaPvSt11align_val_tRKSt9nothrow_t);
 /* Sized forms check the size (see sized_free_slow). */
-void _ZdlPvm(void *, size_t) __attribute__((alias("strata_free_sized"), visibility("default")));
-void _ZdaPvm(void *, size_t) __attribute__((alias("strata_free_sized"), visibility("default")));
+void _ZdlPvm(void *, size_t) __attribute__((alias("strata_delete_sized"), visibility("default")));
+void _ZdaPvm(void *, size_t) __attribute__((alias("strata_delete_sized"), visibility("default")));
 void _ZdlPvmSt11align_val_t(void *, size_t, size_t)
     __attribute__((alias("strata_delete_sized_aligned"), visibility("default")));
 void _ZdaPvmSt11align_val_t(void *, size_t, size_t)
