@@ -102,7 +102,7 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
     while (*s == ',' || *s == ' ' || *s == '\n' || *s == '\t') s++;
     if (!*s) break;
     const char *k = s;
-    while (*s && *s != ':' && *s != ',') s++;
+    while (*s && *s != ':' && *s != ',' && *s != '\n') s++; /* a key never spans lines */
     size_t klen = (size_t)(s - k);
     if (*s != ':') {
       report("missing value (key:value) for option", k, klen, NULL, 0, source, known_keys);
