@@ -122,8 +122,13 @@ void *arena_large_remap(edata_t *e, size_t usize) {
   arena_t *a = arena_of(e);
   size_t esize = (usize + os_page - 1) & ~(os_page - 1);
   mtx_lock(&a->elock);
+  if (os_commit(esize - e->size)) {
+    mtx_unlock(&a->elock);
+    return NULL;
+  }
   void *p = os_remap((void *)e->addr, e->size, esize);
   if (p == NULL) {
+    os_decommit(esize - e->size);
     mtx_unlock(&a->elock);
     return NULL;
   }

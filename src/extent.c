@@ -286,21 +286,25 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   unsigned state = ES_DIRTY;
   edata_t *f = eset_fit(&a->dirty, np);
   if (f == NULL) {
+    /* Retained pages become memory: within the commit budget, after giving back this
+     * arena's dirty pages if that is what it takes. */
+    if (os_commit(size) && (extent_purge(a, 0), os_commit(size))) return NULL;
     state = ES_RETAINED;
     f = eset_fit(&a->retained, np);
     if (f == NULL) {
-      if (extent_grow(a, search)) return NULL;
-      f = eset_fit(&a->retained, np);
-      if (f == NULL) return NULL;
+      if (extent_grow(a, search) || (f = eset_fit(&a->retained, np)) == NULL) {
+        os_decommit(size);
+        return NULL;
+      }
     }
   }
   /* Take the edata for the lead and trail first, so failure leaves f untouched. */
   uintptr_t body = (f->addr + align - 1) & ~(uintptr_t)(align - 1);
   size_t lead = body - f->addr, trail = f->size - lead - size;
   edata_t *l = NULL, *t = NULL;
-  if (lead && (l = edata_get(a)) == NULL) return NULL;
-  if (trail && (t = edata_get(a)) == NULL) {
+  if ((lead && (l = edata_get(a)) == NULL) || (trail && (t = edata_get(a)) == NULL)) {
     if (l) edata_put(a, l);
+    if (state == ES_RETAINED) os_decommit(size);
     return NULL;
   }
   eset_t *es = eset_of(a, state);
@@ -349,6 +353,7 @@ bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size) {
   if (n == NULL) n = mergeable(a, ent, ES_RETAINED);
   if (n == NULL || n->addr != e->addr + e->size || n->size < need) return true;
   unsigned state = n->state;
+  if (state == ES_RETAINED && os_commit(need)) return true;
   eset_t *es = eset_of(a, state);
   eset_remove(es, n);
   rtree_write(last_gran(e), 0);
@@ -407,6 +412,7 @@ size_t extent_purge(arena_t *a, size_t target_pages) {
       batch = e->lru_next;
       purged += e->size / os_page;
       a->npurged += e->size / os_page;
+      os_decommit(e->size);
       rtree_write(e->addr, 0);
       rtree_write(last_gran(e), 0);
       if (opt.retain) {

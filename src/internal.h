@@ -53,6 +53,12 @@ HIDDEN void os_purge(void *addr, size_t size); /* MADV_DONTNEED: contents become
 HIDDEN void *os_remap(void *addr, size_t old, size_t new_size); /* mremap MAYMOVE; NULL on failure */
 HIDDEN int os_read_file(const char *path, char *buf, size_t cap); /* bytes read, -1 on error */
 HIDDEN pid_t os_gettid(void);
+/* Commit budget under a cgroup memory limit: bytes of active and dirty pages (memory
+ * the kernel charges) stay under the limit less a headroom, so that allocation fails
+ * with ENOMEM instead of the kernel OOM-killing the process. 0: no limit. */
+HIDDEN extern size_t os_commit_limit;
+HIDDEN bool os_commit(size_t bytes); /* true (and nothing reserved) if over the budget */
+HIDDEN void os_decommit(size_t bytes);
 
 /* ------------------------------------------------------------------ locks */
 /* pthread mutexes: they never allocate, TSan understands them, fork reinitialises them. */

@@ -15,6 +15,8 @@
 size_t os_page = 4096;
 unsigned os_ncpus = 1;
 uint64_t os_mem_limit = 0;
+size_t os_commit_limit = 0;
+static size_t os_committed; /* atomic: active + dirty bytes of every arena */
 
 pid_t os_gettid(void) { return (pid_t)syscall(SYS_gettid); }
 
@@ -166,6 +168,22 @@ void os_init(void) {
   if (lim > 0 && lim < cpus) cpus = lim;
   os_ncpus = cpus;
   os_mem_limit = cgroup_mem_limit();
+  /* Headroom for what the cgroup charges besides strata's pages (binary, stacks, page
+   * tables, kernel memory): an eighth of the limit, at least 16 MiB. */
+  uint64_t head = os_mem_limit / 8 > ((uint64_t)16 << 20) ? os_mem_limit / 8 : (uint64_t)16 << 20;
+  if (os_mem_limit > 2 * head) os_commit_limit = (size_t)(os_mem_limit - head);
+}
+
+bool os_commit(size_t bytes) {
+  if (likely(os_commit_limit == 0)) return false;
+  size_t now = __atomic_add_fetch(&os_committed, bytes, __ATOMIC_RELAXED);
+  if (now <= os_commit_limit && now >= bytes) return false;
+  __atomic_sub_fetch(&os_committed, bytes, __ATOMIC_RELAXED);
+  return true;
+}
+
+void os_decommit(size_t bytes) {
+  if (os_commit_limit != 0) __atomic_sub_fetch(&os_committed, bytes, __ATOMIC_RELAXED);
 }
 
 void *os_map(size_t size, size_t align) {
