@@ -8,9 +8,11 @@
  * write(2), then lets the fault take its default action. Relies on os (mmap), rtree
  * (the block's entry points at the slot's own edata) and meta; hooked from the cache fill.
  */
+#include <dlfcn.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <unwind.h>
@@ -55,7 +57,26 @@ void guard_boot(void) { guard_enabled = opt.guard_sample_interval != 0; }
 typedef struct {
   uintptr_t *pcs;
   uint32_t n, skip;
+  void *self; /* libstrata's load address: its frames lead the stack and are dropped */
 } unwind_arg_t;
+
+/* libstrata.so's load address, or NULL when strata is linked into the executable (then
+ * its frames cannot be told from the program's by module and all are kept). */
+static void *self_base(void) {
+  static void *base;
+  static bool known;
+  if (!__atomic_load_n(&known, __ATOMIC_ACQUIRE)) {
+    Dl_info me, exe;
+    void *b = NULL;
+    if (dladdr((void *)guard_boot, &me) && me.dli_fbase) {
+      b = me.dli_fbase;
+      if (dladdr((void *)getauxval(AT_ENTRY), &exe) && exe.dli_fbase == b) b = NULL;
+    }
+    base = b;
+    __atomic_store_n(&known, true, __ATOMIC_RELEASE);
+  }
+  return base;
+}
 
 static _Unwind_Reason_Code unwind_one(struct _Unwind_Context *ctx, void *arg) {
   unwind_arg_t *u = arg;
@@ -65,15 +86,20 @@ static _Unwind_Reason_Code unwind_one(struct _Unwind_Context *ctx, void *arg) {
     u->skip--;
     return _URC_NO_REASON;
   }
+  if (u->self) {
+    Dl_info di;
+    if (dladdr((void *)(pc - 1), &di) && di.dli_fbase == u->self) return _URC_NO_REASON;
+    u->self = NULL; /* the first frame outside strata: keep everything from here */
+  }
   u->pcs[u->n++] = pc;
   return u->n < GUARD_FRAMES ? _URC_NO_REASON : _URC_END_OF_STACK;
 }
 
 /* The caller's stack, without guard.c's own frames: libgcc's unwinder reads .eh_frame
  * (present in every x86-64 object), so it works without frame pointers and never calls
- * malloc. */
+ * malloc. strata's own frames (the entry point down to here) are left out. */
 static NOINLINE uint32_t guard_backtrace(uintptr_t *pcs) {
-  unwind_arg_t u = {pcs, 0, 2};
+  unwind_arg_t u = {pcs, 0, 1, self_base()};
   _Unwind_Backtrace(unwind_one, &u);
   return u.n;
 }
