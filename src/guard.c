@@ -165,7 +165,6 @@ void guard_describe(const void *p) {
  * and the faulting instruction runs again, so the process dies of SIGSEGV as it would
  * have; any other fault goes to the handler that was installed before strata's. */
 static void guard_segv(int sig, siginfo_t *si, void *uc) {
-  (void)uc;
   uintptr_t a = (uintptr_t)si->si_addr;
   if (in_pool(a)) {
     describe(a, "heap-buffer-overflow", "use-after-free");
@@ -175,7 +174,16 @@ static void guard_segv(int sig, siginfo_t *si, void *uc) {
     sigaction(sig, &dfl, NULL);
     return;
   }
-  sigaction(sig, &guard_old_segv, NULL);
+  /* Not ours: the previous handler runs (and stays chained for later faults), or, if
+   * there was none, its disposition is restored and the fault repeats under it. */
+  if ((guard_old_segv.sa_flags & SA_SIGINFO) && guard_old_segv.sa_sigaction != NULL) {
+    guard_old_segv.sa_sigaction(sig, si, uc);
+  } else if (!(guard_old_segv.sa_flags & SA_SIGINFO) && guard_old_segv.sa_handler != SIG_DFL &&
+             guard_old_segv.sa_handler != SIG_IGN) {
+    guard_old_segv.sa_handler(sig);
+  } else {
+    sigaction(sig, &guard_old_segv, NULL);
+  }
 }
 
 /* ---------------------------------------------------------------- pool */

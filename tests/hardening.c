@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <setjmp.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -243,6 +244,44 @@ TEST(test_guarded_use_after_free_faults_with_both_stacks)
 TEST(test_guarded_double_free_is_reported_with_both_stacks)
 {
     expect_guard_report("helper_guard_double_free", "double free", SIGABRT, true);
+}
+
+static sigjmp_buf segv_jump;
+static void program_segv_handler(int sig)
+{
+    (void)sig;
+    siglongjmp(segv_jump, 1);
+}
+
+/* A program that handles SIGSEGV itself (installed before strata's handler) still gets
+ * the faults outside the guard pool, more than once; a guarded overflow is still ours. */
+HELPER(helper_guard_chains_the_program_handler)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = program_segv_handler;
+    sigaction(SIGSEGV, &sa, NULL);
+    char *p = guard_alloc_site(64); /* creates the pool: strata's handler goes in */
+    for (int i = 0; i < 3; i++) {
+        if (sigsetjmp(segv_jump, 1) == 0)
+            *(volatile int *)check_opaque(16) = 1;
+        else
+            printf("recovered=%d\n", i);
+    }
+    fflush(stdout);
+    print_sites(p);
+    ((volatile char *)p)[malloc_usable_size(p)] = 1;
+    _exit(0);
+}
+
+TEST(test_guard_handler_chains_to_the_programs_own_sigsegv_handler)
+{
+    static check_child_t r;
+    const char *env[] = {"MALLOC_CONF=guard_sample_interval:1", NULL};
+    run_helper("helper_guard_chains_the_program_handler", env, &r);
+    CHECK(strstr(r.out, "recovered=2") != NULL, "the program's handler did not see 3 faults: %s; %s",
+          r.out, r.err);
+    CHECK(strstr(r.err, "heap-buffer-overflow") != NULL, "overflow not reported; stderr:\n%s", r.err);
 }
 
 /* A guarded block: its end is a page end and the next page faults (write(2) from it gives
@@ -551,4 +590,16 @@ TEST(test_thread_storms_keep_caches_bounded_and_return_memory)
     pthread_barrier_destroy(&storm_barrier);
 }
 
-int main(int argc, char **argv) { return check_main(argc, argv); }
+/* Without arguments: every test_*, never the helpers (they are meant for a child). */
+int main(int argc, char **argv)
+{
+    if (argc > 1)
+        return check_main(argc, argv);
+    static char *all[512];
+    int n = 0;
+    all[n++] = argv[0];
+    for (int i = 0; i < check_registry.n; i++)
+        if (strncmp(check_registry.name[i], "test_", 5) == 0)
+            all[n++] = (char *)check_registry.name[i];
+    return check_main(n, all);
+}
