@@ -151,10 +151,31 @@ static size_t ctl_lookup(const char *name) {
 }
 
 
+/* Handlers other modules own (internal.h's ctl_handler_t), until the table rewrite takes
+ * them as rows; their MIB is N_COUNT + 1 + position. */
+static const struct {
+  const char *name;
+  ctl_handler_t *fn;
+} ctl_extra[] = {
+    {"opt.guard_sample_interval", guard_ctl_sample_interval},
+    {"stats.guard.allocs", guard_ctl_allocs},
+};
+#define CTL_NEXTRA (sizeof(ctl_extra) / sizeof(ctl_extra[0]))
+static size_t ctl_extra_lookup(const char *name) {
+  for (size_t j = 0; j < CTL_NEXTRA; j++)
+    if (strcmp(ctl_extra[j].name, name) == 0) return N_COUNT + 1 + j;
+  return N_COUNT;
+}
+
 __attribute__((visibility("default"))) int strata_mallctl(const char *name, void *oldp, size_t *oldlenp,
                                                           void *newp, size_t newlen) {
   if (name == NULL) return EINVAL;
   size_t i = ctl_lookup(name);
+  if (i == N_COUNT) i = ctl_extra_lookup(name);
+  if (i > N_COUNT) {
+    if (tsd_fetch() == NULL) return EAGAIN; /* options are read at initialisation */
+    return ctl_extra[i - N_COUNT - 1].fn(&i, 1, oldp, oldlenp, newp, newlen);
+  }
   if (i == N_COUNT) return ENOENT;
   return ctl_by_index(i, oldp, oldlenp, newp, newlen);
 }
@@ -163,6 +184,7 @@ __attribute__((visibility("default"))) int strata_mallctlnametomib(const char *n
                                                                   size_t *miblenp) {
   if (name == NULL || mibp == NULL || miblenp == NULL || *miblenp < 1) return EINVAL;
   size_t i = ctl_lookup(name);
+  if (i == N_COUNT) i = ctl_extra_lookup(name);
   if (i == N_COUNT) return ENOENT;
   mibp[0] = i;
   *miblenp = 1;
@@ -171,6 +193,8 @@ __attribute__((visibility("default"))) int strata_mallctlnametomib(const char *n
 
 __attribute__((visibility("default"))) int strata_mallctlbymib(const size_t *mib, size_t miblen, void *oldp,
                                                               size_t *oldlenp, void *newp, size_t newlen) {
+  if (mib != NULL && miblen == 1 && mib[0] > N_COUNT && mib[0] - N_COUNT - 1 < CTL_NEXTRA)
+    return ctl_extra[mib[0] - N_COUNT - 1].fn(mib, miblen, oldp, oldlenp, newp, newlen);
   if (mib == NULL || miblen != 1 || mib[0] >= N_COUNT) return ENOENT;
   return ctl_by_index(mib[0], oldp, oldlenp, newp, newlen);
 }

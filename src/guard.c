@@ -9,6 +9,7 @@
  * (the block's entry points at the slot's own edata) and meta; hooked from the cache fill.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -247,7 +248,7 @@ static void *guard_alloc(szind_t ind) {
   s->ed.slab = 0;
   __atomic_store_n(&s->ed.state, ES_ACTIVE, __ATOMIC_RELEASE);
   rtree_write(block, rt_make(&s->ed, 0, false));
-  guard_nallocs++;
+  __atomic_store_n(&guard_nallocs, guard_nallocs + 1, __ATOMIC_RELAXED);
   mtx_unlock(&guard_lock);
   return (void *)block;
 }
@@ -292,3 +293,26 @@ void guard_free(void *p, edata_t *ed) {
 }
 
 uint64_t guard_count(void) { return __atomic_load_n(&guard_nallocs, __ATOMIC_RELAXED); }
+
+/* ---------------------------------------------------------------- mallctl */
+static int ctl_read_only(void *oldp, size_t *oldlenp, const void *newp, const void *val, size_t len) {
+  if (newp != NULL) return EPERM;
+  if (oldp == NULL || oldlenp == NULL) return 0;
+  if (*oldlenp != len) return EINVAL;
+  memcpy(oldp, val, len);
+  return 0;
+}
+
+int guard_ctl_sample_interval(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                              size_t newlen) {
+  (void)mib, (void)miblen, (void)newlen;
+  size_t v = opt.guard_sample_interval;
+  return ctl_read_only(oldp, oldlenp, newp, &v, sizeof(v));
+}
+
+int guard_ctl_allocs(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                     size_t newlen) {
+  (void)mib, (void)miblen, (void)newlen;
+  uint64_t v = guard_count();
+  return ctl_read_only(oldp, oldlenp, newp, &v, sizeof(v));
+}

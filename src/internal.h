@@ -366,6 +366,11 @@ HIDDEN void *guard_fill_hook(szind_t ind, unsigned *want);
 HIDDEN void guard_free(void *p, edata_t *ed);
 HIDDEN void guard_describe(const void *p); /* fatal reports: what the pool knows of p */
 HIDDEN uint64_t guard_count(void);         /* guarded blocks handed out */
+/* The mallctl handler type of the team's convention (mib[1..] hold numeric components). */
+typedef int ctl_handler_t(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                          size_t newlen);
+HIDDEN ctl_handler_t guard_ctl_sample_interval; /* opt.guard_sample_interval: size_t, read-only */
+HIDDEN ctl_handler_t guard_ctl_allocs;          /* stats.guard.allocs: uint64_t, read-only */
 
 /* ------------------------------------------------------------------ conf.c */
 enum { JUNK_NONE = 0, JUNK_ALLOC = 1, JUNK_FREE = 2 };

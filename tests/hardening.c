@@ -314,6 +314,15 @@ HELPER(helper_guard_count)
     for (int i = 0; i < N; i++)
         free(p[i]);
     printf("guarded=%u\n", guarded);
+    printf("ctl_interval=%zu\n", CTL_READ("opt.guard_sample_interval", size_t));
+    printf("ctl_allocs=%ju\n", (uintmax_t)CTL_READ("stats.guard.allocs", uint64_t));
+    size_t v = 5;
+    CHECK(mallctl("opt.guard_sample_interval", NULL, NULL, &v, sizeof v) == EPERM);
+    size_t mib[2], miblen = 2;
+    uint64_t n = 0;
+    size_t len = sizeof n;
+    CHECK(mallctlnametomib("stats.guard.allocs", mib, &miblen) == 0);
+    CHECK(mallctlbymib(mib, miblen, &n, &len, NULL, 0) == 0 && n >= guarded);
 }
 
 TEST(test_guard_samples_one_in_n_and_is_off_by_default)
@@ -325,11 +334,14 @@ TEST(test_guard_samples_one_in_n_and_is_off_by_default)
     unsigned g = (unsigned)read_num(r.out, "guarded");
     /* 20,000 fresh regions at 1 in 200: about 100 (every fill of every class counts). */
     CHECK(g >= 50 && g <= 150, "guard_sample_interval:200 guarded %u of 20000 blocks", g);
+    CHECK(read_num(r.out, "ctl_interval") == 200);
+    CHECK(read_num(r.out, "ctl_allocs") >= g, "stats.guard.allocs %lu < %u", read_num(r.out, "ctl_allocs"), g);
     const char *off[] = {"MALLOC_CONF", NULL};
     run_helper("helper_guard_count", off, &r);
     CHECK_CHILD_EXITED_0(&r);
     g = (unsigned)read_num(r.out, "guarded");
     CHECK(g == 0, "%u blocks guarded with the option off", g);
+    CHECK(read_num(r.out, "ctl_allocs") == 0 && read_num(r.out, "ctl_interval") == 0);
 }
 
 TEST(test_guard_sample_interval_rejects_bad_values_naming_the_key)
