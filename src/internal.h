@@ -51,6 +51,9 @@ HIDDEN void *os_map(size_t size, size_t align); /* NULL on failure; zeroed */
 HIDDEN void os_unmap(void *addr, size_t size);
 HIDDEN void os_purge(void *addr, size_t size); /* MADV_DONTNEED: contents become zero */
 HIDDEN void *os_remap(void *addr, size_t old, size_t new_size); /* mremap MAYMOVE; NULL on failure */
+/* mremap onto dest (a mapping of new_size made by the caller, which it replaces); false on
+ * failure, dest then still mapped. */
+HIDDEN bool os_remap_fixed(void *addr, size_t old, size_t new_size, void *dest);
 HIDDEN int os_read_file(const char *path, char *buf, size_t cap); /* bytes read, -1 on error */
 HIDDEN pid_t os_gettid(void);
 /* Commit budget under a cgroup memory limit: bytes of active and dirty pages (memory

@@ -208,6 +208,10 @@ void os_unmap(void *addr, size_t size) { munmap(addr, size); }
 
 void os_purge(void *addr, size_t size) { madvise(addr, size, MADV_DONTNEED); }
 
+bool os_remap_fixed(void *addr, size_t old, size_t new_size, void *dest) {
+  return mremap(addr, old, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, dest) == dest;
+}
+
 void *os_remap(void *addr, size_t old, size_t new_size) {
   void *p = mremap(addr, old, new_size, MREMAP_MAYMOVE);
   return p == MAP_FAILED ? NULL : p;

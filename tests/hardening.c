@@ -515,6 +515,29 @@ TEST(test_every_allocating_call_fails_cleanly_under_a_memory_cgroup_and_recovers
           "child under a 128 MiB memory cgroup ended with %s", check_status_str(r.status));
 }
 
+/* Large blocks that cannot grow in place move by mremap (onto a reserved destination):
+ * contents kept, the moved block is known to the page map (usable size, free). */
+TEST(test_large_realloc_that_moves_keeps_contents_and_ownership)
+{
+    for (int round = 0; round < 4; round++) {
+        size_t n = (size_t)(6 + round) * MiB;
+        uint32_t *p = malloc(n);
+        void *blocker = malloc(n); /* likely right after p: in-place growth fails */
+        CHECK(p && blocker);
+        for (size_t i = 0; i < n / 4; i += 1024)
+            p[i] = (uint32_t)(i * 2654435761u);
+        size_t m = n * 5;
+        uint32_t *q = realloc(p, m);
+        CHECK(q != NULL);
+        for (size_t i = 0; i < n / 4; i += 1024)
+            CHECK(q[i] == (uint32_t)(i * 2654435761u), "word %zu lost in the move", i);
+        CHECK(malloc_usable_size(q) >= m);
+        memset((char *)q + n, 1, m - n);
+        free(q);
+        free(blocker);
+    }
+}
+
 /* ---------------------------------------------------------------- thread storms */
 
 static size_t rss_bytes(void)
