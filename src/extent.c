@@ -278,6 +278,23 @@ static bool extent_grow(arena_t *a, size_t need) {
   return false;
 }
 
+/* Over the commit budget: purge this arena's dirty pages, then those of every other arena
+ * whose lock is free (trylock: holding a's lock, waiting for another's could deadlock),
+ * and try again. True if the budget still has no room. */
+static bool commit_or_purge(arena_t *a, size_t size) {
+  if (likely(!os_commit(size))) return false;
+  extent_purge(a, 0);
+  if (!os_commit(size)) return false;
+  for (unsigned i = 0; i <= narenas; i++) {
+    arena_t *o = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
+    if (o == NULL || o == a || pthread_mutex_trylock(&o->elock.m) != 0) continue;
+    extent_purge(o, 0);
+    mtx_unlock(&o->elock);
+    if (!os_commit(size)) return false;
+  }
+  return true;
+}
+
 edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   if (align < os_page) align = os_page;
   size_t search = size + (align - os_page);
@@ -286,9 +303,9 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   unsigned state = ES_DIRTY;
   edata_t *f = eset_fit(&a->dirty, np);
   if (f == NULL) {
-    /* Retained pages become memory: within the commit budget, after giving back this
-     * arena's dirty pages if that is what it takes. */
-    if (os_commit(size) && (extent_purge(a, 0), os_commit(size))) return NULL;
+    /* Retained pages become memory: within the commit budget, after giving back dirty
+     * pages if that is what it takes. */
+    if (commit_or_purge(a, size)) return NULL;
     state = ES_RETAINED;
     f = eset_fit(&a->retained, np);
     if (f == NULL) {

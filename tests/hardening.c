@@ -462,8 +462,39 @@ TEST(test_every_allocating_call_fails_cleanly_under_rlimit_as_and_recovers)
     fputs(r.out, stdout);
 }
 
+static void *fill_and_free_80_mib(void *arg)
+{
+    (void)arg;
+    void *b[80];
+    for (int i = 0; i < 80; i++) {
+        b[i] = malloc(MiB);
+        CHECK(b[i] != NULL, "block %d of 80 MiB in a fresh 128 MiB group", i);
+        memset(b[i], 1, MiB);
+    }
+    for (int i = 0; i < 80; i++)
+        free(b[i]);
+    return NULL;
+}
+
 HELPER(helper_exhaust_in_cgroup)
 {
+    /* Another thread's arena keeps the pages it freed resident (dirty, up to its cap of
+     * 32 MiB): this thread's 100 MiB, which fits the budget (112 MiB) only without them,
+     * must be served by purging them, not refused. */
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, fill_and_free_80_mib, NULL) == 0);
+    pthread_join(t, NULL);
+    CHECK(mallinfo2().keepcost >= 8 * MiB, "the other arena kept only %zu KiB dirty",
+          mallinfo2().keepcost / KiB);
+    void *mine[100];
+    for (int i = 0; i < 100; i++) {
+        mine[i] = malloc(MiB);
+        CHECK(mine[i] != NULL, "block %d of 100 MiB refused while another arena held %zu KiB of dirty pages",
+              i, mallinfo2().keepcost / KiB);
+        memset(mine[i], 2, MiB);
+    }
+    for (int i = 0; i < 100; i++)
+        free(mine[i]);
     static void *blk[1 << 17];
     size_t n = exhaust_all_calls(blk, sizeof blk / sizeof blk[0]);
     release_and_retry(blk, n);
