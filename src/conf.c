@@ -23,6 +23,7 @@ opt_t opt = {
     .confirm_conf = false,
     .dirty_decay_ms = 10000, /* jemalloc's default */
     .guard_sample_interval = 0,
+    .commit_limit = COMMIT_AUTO,
 };
 
 extern const char *malloc_conf __attribute__((weak));
@@ -32,7 +33,7 @@ extern char **environ;
 
 static const char *const known_keys =
     "narenas, tcache, tcache_max, oversize_threshold, retain, junk, zero, abort, abort_conf, confirm_conf, "
-    "dirty_decay_ms, guard_sample_interval";
+    "dirty_decay_ms, guard_sample_interval, commit_limit";
 /* jemalloc options a later version of strata implements: accepted and ignored, with a note. */
 static const char *const later_keys[] = {"muzzy_decay_ms", "background_thread",
                                          "thp", "metadata_thp", "percpu_arena", "prof", "prof_active",
@@ -154,6 +155,18 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
                "an integer from 0 (off) to 1099511627776: one in N fresh allocations is guarded");
         problems++;
       }
+    } else if (key_is(k, klen, "commit_limit")) {
+      if (vlen == 4 && memcmp(v, "auto", 4) == 0) {
+        o->commit_limit = COMMIT_AUTO;
+      } else if (vlen == 3 && memcmp(v, "off", 3) == 0) {
+        o->commit_limit = 0;
+      } else if (parse_size(v, vlen, (uint64_t)1 << 62, &x) && x >= ((uint64_t)1 << 20)) {
+        o->commit_limit = (size_t)x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source,
+               "auto (the cgroup memory limit less an eighth), off, or bytes >= 1M, e.g. 900M");
+        problems++;
+      }
     } else if (key_is(k, klen, "junk")) {
       if (vlen == 4 && memcmp(v, "true", 4) == 0) {
         o->junk = JUNK_ALLOC | JUNK_FREE;
@@ -217,7 +230,7 @@ static const char *env_get(const char *name, char *buf, size_t cap) {
 }
 
 void conf_print(const opt_t *o) {
-  char a[24], b[24], c[24], d[24], e[24];
+  char a[24], b[24], c[24], d[24], e[24], f[24];
   const char *junk = o->junk == (JUNK_ALLOC | JUNK_FREE) ? "true"
                      : o->junk == JUNK_ALLOC             ? "alloc"
                      : o->junk == JUNK_FREE              ? "free"
@@ -233,8 +246,9 @@ void conf_print(const opt_t *o) {
                          ",abort_conf:", o->abort_conf ? "true" : "false",
                          ",dirty_decay_ms:", o->dirty_decay_ms < 0 ? "-1" : fmt_u64(d, (uint64_t)o->dirty_decay_ms),
                          ",guard_sample_interval:", fmt_u64(e, o->guard_sample_interval),
+                         ",commit_limit:", o->commit_limit == COMMIT_AUTO ? "auto" : o->commit_limit ? fmt_u64(f, o->commit_limit) : "off",
                          ",confirm_conf:true\n"};
-  msg_parts(parts, 23);
+  msg_parts(parts, 25);
 }
 
 void conf_init(void) {

@@ -42,6 +42,7 @@ bool strata_init(void) {
   }
   tcache_key |= 1;
   conf_init();
+  os_commit_init();
   sz_init();
   narenas = opt.narenas ? opt.narenas : 4 * os_ncpus;
   if (narenas > 4095) narenas = 4095;

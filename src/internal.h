@@ -60,6 +60,7 @@ HIDDEN pid_t os_gettid(void);
  * the kernel charges) stay under the limit less a headroom, so that allocation fails
  * with ENOMEM instead of the kernel OOM-killing the process. 0: no limit. */
 HIDDEN extern size_t os_commit_limit;
+HIDDEN void os_commit_init(void);    /* after conf_init: opt.commit_limit, or the cgroup's */
 HIDDEN bool os_commit(size_t bytes); /* true (and nothing reserved) if over the budget */
 HIDDEN void os_decommit(size_t bytes);
 
@@ -390,6 +391,8 @@ typedef struct {
   bool confirm_conf;
   int64_t dirty_decay_ms;    /* -1: never purge by age; 0: purge at once */
   size_t guard_sample_interval; /* guard.c: 1 in N cache fills guarded; 0 off */
+  size_t commit_limit;       /* os.c: bytes of active + dirty pages; 0 off; COMMIT_AUTO */
+#define COMMIT_AUTO SIZE_MAX /* the cgroup memory limit less a headroom, if there is one */
 } opt_t;
 HIDDEN extern opt_t opt;
 HIDDEN void conf_init(void);

@@ -168,6 +168,13 @@ void os_init(void) {
   if (lim > 0 && lim < cpus) cpus = lim;
   os_ncpus = cpus;
   os_mem_limit = cgroup_mem_limit();
+}
+
+void os_commit_init(void) {
+  if (opt.commit_limit != COMMIT_AUTO) {
+    os_commit_limit = opt.commit_limit;
+    return;
+  }
   /* Headroom for what the cgroup charges besides strata's pages (binary, stacks, page
    * tables, kernel memory): an eighth of the limit, at least 16 MiB. */
   uint64_t head = os_mem_limit / 8 > ((uint64_t)16 << 20) ? os_mem_limit / 8 : (uint64_t)16 << 20;

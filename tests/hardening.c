@@ -569,6 +569,52 @@ TEST(test_large_realloc_that_moves_keeps_contents_and_ownership)
     }
 }
 
+/* commit_limit:64M: the commit budget without a cgroup (it runs everywhere). */
+HELPER(helper_commit_limit)
+{
+    static void *blk[256];
+    size_t n = 0;
+    for (;;) {
+        CHECK(n < 256, "256 MiB allocated under commit_limit:64M");
+        errno = 0;
+        void *p = malloc(MiB);
+        if (p == NULL) {
+            CHECK(errno == ENOMEM, "errno %d", errno);
+            break;
+        }
+        memset(p, 1, MiB);
+        blk[n++] = p;
+    }
+    void *m = NULL;
+    CHECK(posix_memalign(&m, 2 * MiB, 8 * MiB) == ENOMEM && m == NULL);
+    printf("blocks=%zu\n", n);
+    for (size_t i = 0; i < n; i++)
+        free(blk[i]);
+    for (size_t i = 0; i < n; i++) {
+        blk[i] = malloc(MiB);
+        CHECK(blk[i] != NULL, "block %zu refused after everything was freed", i);
+    }
+}
+
+TEST(test_commit_limit_option_caps_committed_memory_and_recovers)
+{
+    static check_child_t r;
+    const char *env[] = {"MALLOC_CONF=commit_limit:64M", NULL};
+    run_helper("helper_commit_limit", env, &r);
+    CHECK_CHILD_EXITED_0(&r);
+    unsigned long n = read_num(r.out, "blocks");
+    CHECK(n >= 48 && n <= 64, "%lu blocks of 1 MiB under commit_limit:64M", n);
+    static const char *const bad[] = {"64", "x", "-1", "auto1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char conf[96];
+        snprintf(conf, sizeof conf, "MALLOC_CONF=commit_limit:%s", bad[i]);
+        const char *e2[] = {conf, NULL};
+        run_helper("helper_guard_count", e2, &r);
+        CHECK(strstr(r.err, "for \"commit_limit\" in MALLOC_CONF (accepted: auto") != NULL,
+              "value \"%s\": no message naming the option; stderr:\n%s", bad[i], r.err);
+    }
+}
+
 /* ---------------------------------------------------------------- thread storms */
 
 static size_t rss_bytes(void)
