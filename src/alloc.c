@@ -16,6 +16,9 @@
 #define REMAP_MIN ((size_t)4 << 20)
 
 /* ---------------------------------------------------------------- core */
+HIDDEN void strata_delete_sized(void *p, size_t size);
+HIDDEN void strata_delete_sized_aligned(void *p, size_t size, size_t alignment);
+
 static inline arena_t *tsd_arena(tsd_t *tsd, size_t usize) {
   if (unlikely(tsd->in_hook)) return arena_get(0); /* an extent hook's own allocations */
   if (unlikely(usize >= opt.oversize_threshold) && !(tsd->arena && tsd->arena->user))
@@ -126,6 +129,10 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
   if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("free", p);
   if (unlikely(opt.junk & JUNK_FREE)) memset(p, 0x5a, usize);
   tsd->deallocated += usize;
+  if (unlikely(ed->arena_ind == GUARD_ARENA)) { /* a sampled guarded block (guard.c) */
+    guard_free(p, ed);
+    return;
+  }
   if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant && !tsd->in_hook &&
              !arena_ind_is_user(ed->arena_ind))) {
     /* A thread whose first call is a free gets its cache now, but that block goes back
@@ -206,38 +213,69 @@ static NOINLINE void free_slow(void *p, bool use_tcache) {
   errno = saved;
 }
 
+/* The free fast path's push: true when p went into the thread cache. ind is the class the
+ * rtree entry gives (0 unless p is in a slab; bin 0 never has room). */
+static inline bool free_fast(void *p, size_t ind) {
+  tbin_t *b = &strata_tsd.tcache->bins[ind];
+  /* A pointer off its class's natural alignment cannot be a region start; a region
+   * that already carries its free tag is freed twice: both go to the slow path,
+   * which reports them. */
+  uintptr_t tag = TAG_OF(p);
+  if (likely(b->avail != 0 && ((uintptr_t)p & b->align_mask) == 0 && TAG_WORD(p) != tag)) {
+    TAG_WORD(p) = tag;
+    *(void **)p = b->head;
+    b->head = p;
+    b->avail--;
+    b->ndalloc++;
+    return true;
+  }
+  return false;
+}
+
 EXPORT void strata_free(void *p) {
   uint64_t *slot = rtree_slot((uintptr_t)p);
   if (likely(slot != NULL)) {
     /* The entry's class is 0 unless p is in a slab, and bin 0 never has room: large
      * blocks, free extents and foreign pages all take the slow path, which validates. */
     size_t ind = rt_szind(__atomic_load_n(slot, __ATOMIC_RELAXED));
-    tbin_t *b = &strata_tsd.tcache->bins[ind];
-    /* A pointer off its class's natural alignment cannot be a region start; a region
-     * that already carries its free tag is freed twice: both go to the slow path,
-     * which reports them. */
-    uintptr_t tag = TAG_OF(p);
-    if (likely(b->avail != 0 && ((uintptr_t)p & b->align_mask) == 0 && TAG_WORD(p) != tag)) {
-      TAG_WORD(p) = tag;
-      *(void **)p = b->head;
-      b->head = p;
-      b->avail--;
-      b->ndalloc++;
-      return;
-    }
+    if (likely(free_fast(p, ind))) return;
   }
   free_slow(p, true);
 }
 
-EXPORT void strata_free_sized(void *p, size_t size) {
-  (void)size;
-  strata_free(p);
+/* ---------------------------------------------------------------- sized frees */
+/* free_sized, free_aligned_sized, sdallocx and sized operator delete: the size (and
+ * alignment) must name the block's class, as nallocx would compute it. The fast path
+ * compares the class the rtree entry gives with the size's class from the table it
+ * already reads for malloc: one load and one compare more than free(). Everything else
+ * (large blocks, aligned ones, sizes above 4 KiB) is checked on the slow path, where the
+ * block's class is known from its lookup. A mismatch is reported with the address. */
+static NOINLINE void sized_free_slow(void *p, size_t size, size_t align, bool use_tcache,
+                                     const char *func) {
+  if (p == NULL) return;
+  int saved = errno;
+  szind_t ind;
+  edata_t *ed = lookup_owned(p, &ind, func);
+  size_t want = sz_sa2u(size ? size : 1, align);
+  if (unlikely(want == 0 || sz_size2index(want) != ind))
+    strata_size_mismatch(func, p, size, align, sz_size[ind]);
+  idalloc(&strata_tsd, p, ed, ind, use_tcache);
+  errno = saved;
 }
 
+static inline void free_sized_impl(void *p, size_t size, const char *func) {
+  uint64_t *slot = rtree_slot((uintptr_t)p);
+  if (likely(slot != NULL && size <= SZ_LOOKUP_MAX)) {
+    size_t ind = rt_szind(__atomic_load_n(slot, __ATOMIC_RELAXED));
+    if (likely(ind == sz_lookup_read(size)) && likely(free_fast(p, ind))) return;
+  }
+  sized_free_slow(p, size, 0, true, func);
+}
+
+EXPORT void strata_free_sized(void *p, size_t size) { free_sized_impl(p, size, "free_sized"); }
+
 EXPORT void strata_free_aligned_sized(void *p, size_t alignment, size_t size) {
-  (void)alignment;
-  (void)size;
-  strata_free(p);
+  sized_free_slow(p, size, alignment, true, "free_aligned_sized");
 }
 
 EXPORT void *strata_calloc(size_t n, size_t size) {
@@ -605,8 +643,18 @@ EXPORT void strata_dallocx(void *p, int flags) {
 }
 
 EXPORT void strata_sdallocx(void *p, size_t size, int flags) {
-  (void)size;
-  strata_dallocx(p, flags);
+  if (likely(flags == 0)) {
+    free_sized_impl(p, size, "sdallocx");
+    return;
+  }
+  sized_free_slow(p, size, flag_align(flags), FLAG_TCACHE(flags) != 1, "sdallocx");
+}
+
+/* C++ sized operator delete: (pointer, size) is free_sized's signature; the aligned
+ * forms pass (pointer, size, alignment). */
+HIDDEN void strata_delete_sized(void *p, size_t size) { free_sized_impl(p, size, "operator delete"); }
+HIDDEN void strata_delete_sized_aligned(void *p, size_t size, size_t alignment) {
+  sized_free_slow(p, size, alignment, true, "operator delete");
 }
 
 EXPORT size_t strata_nallocx(size_t size, int flags) {
@@ -721,12 +769,15 @@ DELETE_ALIAS(_ZdlPv);
 DELETE_ALIAS(_ZdaPv);
 DELETE_ALIAS(_ZdlPvRKSt9nothrow_t);
 DELETE_ALIAS(_ZdaPvRKSt9nothrow_t);
-DELETE_ALIAS(_ZdlPvm);
-DELETE_ALIAS(_ZdaPvm);
 DELETE_ALIAS(_ZdlPvSt11align_val_t);
 DELETE_ALIAS(_ZdaPvSt11align_val_t);
 DELETE_ALIAS(_ZdlPvSt11align_val_tRKSt9nothrow_t);
 DELETE_ALIAS(_ZdaPvSt11align_val_tRKSt9nothrow_t);
-DELETE_ALIAS(_ZdlPvmSt11align_val_t);
-DELETE_ALIAS(_ZdaPvmSt11align_val_t);
+/* Sized forms check the size (see sized_free_slow). */
+void _ZdlPvm(void *, size_t) __attribute__((alias("strata_delete_sized"), visibility("default")));
+void _ZdaPvm(void *, size_t) __attribute__((alias("strata_delete_sized"), visibility("default")));
+void _ZdlPvmSt11align_val_t(void *, size_t, size_t)
+    __attribute__((alias("strata_delete_sized_aligned"), visibility("default")));
+void _ZdaPvmSt11align_val_t(void *, size_t, size_t)
+    __attribute__((alias("strata_delete_sized_aligned"), visibility("default")));
 #endif

@@ -137,12 +137,19 @@ void *arena_large_remap(edata_t *e, size_t usize) {
   if (arena_hooks(a) != NULL) return NULL; /* the pages are the hook's: no mremap */
   size_t esize = (usize + os_page - 1) & ~(os_page - 1);
   mtx_lock(&a->elock);
-  void *p = os_remap((void *)e->addr, e->size, esize);
-  if (p == NULL) {
+  if (os_commit(esize - e->size)) {
     mtx_unlock(&a->elock);
     return NULL;
   }
-  if (rtree_ensure((uintptr_t)p, esize)) strata_fatal("out of memory for the page map");
+  /* The destination is reserved and its page-map leaves made first, so that running out
+   * of memory fails the call instead of leaving a moved block the map cannot describe. */
+  void *p = os_map(esize, os_page);
+  if (p == NULL || rtree_ensure((uintptr_t)p, esize) || !os_remap_fixed((void *)e->addr, e->size, esize, p)) {
+    if (p) os_unmap(p, esize);
+    os_decommit(esize - e->size);
+    mtx_unlock(&a->elock);
+    return NULL;
+  }
   rtree_write(e->addr, 0);
   rtree_write(e->addr + e->size - GRAN, 0);
   a->mapped += esize - e->size; /* the old range went back to the kernel with the move */

@@ -29,6 +29,8 @@ opt_t opt = {
     .thp = THP_DEFAULT,
     .metadata_thp = MTHP_DISABLED,
     .limit_headroom = 0,
+    .guard_sample_interval = 0,
+    .commit_limit = COMMIT_AUTO,
 };
 
 extern const char *malloc_conf __attribute__((weak));
@@ -39,7 +41,8 @@ extern char **environ;
 static const char *const known_keys =
     "narenas, tcache, tcache_max, oversize_threshold, retain, junk, zero, abort, abort_conf, confirm_conf, "
     "dirty_decay_ms, muzzy_decay_ms, background_thread, max_background_threads, thp, metadata_thp, "
-    "limit_headroom, stats_print, stats_print_opts, stats_file, stats_interval_ms, stats_metrics_detail";
+    "limit_headroom, stats_print, stats_print_opts, stats_file, stats_interval_ms, stats_metrics_detail, "
+    "guard_sample_interval, commit_limit";
 /* jemalloc options a later version of strata implements: accepted and ignored, with a note. */
 static const char *const later_keys[] = {"percpu_arena", "prof", "prof_active",
                                          "lg_prof_sample", "lg_prof_interval", "prof_prefix",
@@ -108,7 +111,7 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
     while (*s == ',' || *s == ' ' || *s == '\n' || *s == '\t') s++;
     if (!*s) break;
     const char *k = s;
-    while (*s && *s != ':' && *s != ',') s++;
+    while (*s && *s != ':' && *s != ',' && *s != '\n') s++; /* a key never spans lines */
     size_t klen = (size_t)(s - k);
     if (*s != ':') {
       report("missing value (key:value) for option", k, klen, NULL, 0, source, known_keys);
@@ -212,6 +215,26 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
         report("invalid value", k, klen, v, vlen, source, "disabled, auto, always");
         problems++;
       }
+    } else if (key_is(k, klen, "guard_sample_interval")) {
+      if (parse_size(v, vlen, (uint64_t)1 << 40, &x) && (vlen == 0 || (v[vlen - 1] >= '0' && v[vlen - 1] <= '9'))) {
+        o->guard_sample_interval = (size_t)x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source,
+               "an integer from 0 (off) to 1099511627776: one in N fresh allocations is guarded");
+        problems++;
+      }
+    } else if (key_is(k, klen, "commit_limit")) {
+      if (vlen == 4 && memcmp(v, "auto", 4) == 0) {
+        o->commit_limit = COMMIT_AUTO;
+      } else if (vlen == 3 && memcmp(v, "off", 3) == 0) {
+        o->commit_limit = 0;
+      } else if (parse_size(v, vlen, (uint64_t)1 << 62, &x) && x >= ((uint64_t)1 << 20)) {
+        o->commit_limit = (size_t)x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source,
+               "auto (the cgroup memory limit, checked against its usage), off, or bytes >= 1M, e.g. 900M");
+        problems++;
+      }
     } else if (key_is(k, klen, "junk")) {
       if (vlen == 4 && memcmp(v, "true", 4) == 0) {
         o->junk = JUNK_ALLOC | JUNK_FREE;
@@ -278,7 +301,7 @@ static const char *env_get(const char *name, char *buf, size_t cap) {
 }
 
 void conf_print(const opt_t *o) {
-  char a[24], b[24], c[24], d[24], e[24], f[24], g[24];
+  char a[24], b[24], c[24], d[24], e[24], f[24], g[24], h[24], i[24];
   static const char *const thp[] = {"default", "always", "never"};
   static const char *const mthp[] = {"disabled", "auto", "always"};
   const char *junk = o->junk == (JUNK_ALLOC | JUNK_FREE) ? "true"
@@ -301,6 +324,8 @@ void conf_print(const opt_t *o) {
                          fmt_u64(f, o->max_background_threads ? o->max_background_threads : os_ncpus),
                          ",thp:", thp[o->thp], ",metadata_thp:", mthp[o->metadata_thp],
                          ",limit_headroom:", fmt_u64(g, o->limit_headroom),
+                         ",guard_sample_interval:", fmt_u64(h, o->guard_sample_interval),
+                         ",commit_limit:", o->commit_limit == COMMIT_AUTO ? "auto" : o->commit_limit ? fmt_u64(i, o->commit_limit) : "off",
                          ",confirm_conf:true\n"};
   msg_parts(parts, (int)(sizeof(parts) / sizeof(parts[0])));
 }

@@ -580,6 +580,7 @@ static const ctl_node_t n_opt[] = {
     LEAF_H("background_thread", CT_BOOL, ctl_opt_background_thread, 0, "background purging threads at start"),
     LEAF_H("max_background_threads", CT_SIZE, ctl_opt_max_background_threads, 0, "most background threads"),
     LEAF_H("limit_headroom", CT_SIZE, ctl_opt_limit_headroom, 0, "bytes under the cgroup limit where purging starts (strata)"),
+    LEAF_H("guard_sample_interval", CT_SIZE, guard_ctl_sample_interval, 0, "1 in N fresh allocations guarded, 0 off (strata)"),
     LEAF_H("junk", CT_STR, h_opt_junk, 0, "junk filling"),
     LEAF_C("zero", CT_BOOL, &opt.zero, "zero every allocation"),
     LEAF_C("experimental_infallible_new", CT_BOOL, &b_false, "abort when operator new fails"),
@@ -747,6 +748,9 @@ static const ctl_node_t n_sbg[] = {
     LEAF_H("num_runs", CT_U64, ctl_stats_bg_num_runs, F_COUNTER, "background thread wake-ups"),
     LEAF_H("run_interval", CT_U64, ctl_stats_bg_run_interval, 0, "mean nanoseconds between wake-ups"),
     END};
+static const ctl_node_t n_sguard[] = {
+    LEAF_H("allocs", CT_U64, guard_ctl_allocs, F_COUNTER, "guarded allocations made (strata)"),
+    END};
 static const ctl_node_t n_stats[] = {
     LEAF_G("allocated", CT_SIZE, allocated, B, "bytes allocated by the application"),
     LEAF_G("active", CT_SIZE, active, B, "bytes in active pages"),
@@ -757,6 +761,7 @@ static const ctl_node_t n_stats[] = {
     LEAF_G("retained", CT_SIZE, retained, B, "bytes of address space kept without memory"),
     LEAF_G("zero_reallocs", CT_SIZE, zero_reallocs, C, "realloc(p, 0) calls"),
     DIR("background_thread", n_sbg),
+    DIR("guard", n_sguard),
     LEAF_H("mem_limit", CT_U64, ctl_stats_mem_limit, 0, "cgroup memory limit strata sees, 0 if none (strata)"),
     LEAF_H("mem_limit_purges", CT_U64, ctl_stats_mem_limit_purges, F_COUNTER, "purges of every arena near the limit (strata)"),
     IDX("arenas", I_STATS_ARENA, n_sarena_i),

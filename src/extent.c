@@ -363,11 +363,33 @@ static edata_t *extent_alloc_fresh(arena_t *a, extent_hooks_t *h, size_t size, s
   return e;
 }
 
+/* Over the commit budget: purge this arena's dirty pages, then those of every other arena
+ * whose lock is free (trylock: holding a's lock, waiting for another's could deadlock),
+ * and try again. True if the budget still has no room. */
+static bool commit_or_purge(arena_t *a, size_t size) {
+  if (likely(!os_commit(size))) return false;
+  extent_purge(a, ES_DIRTY, 0, false);
+  extent_purge(a, ES_MUZZY, 0, false);
+  if (!os_commit(size)) return false;
+  for (unsigned i = 0; i < __atomic_load_n(&narenas_total, __ATOMIC_ACQUIRE); i++) {
+    arena_t *o = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
+    if (o == NULL || o == a || pthread_mutex_trylock(&o->elock.m) != 0) continue;
+    extent_purge(o, ES_DIRTY, 0, false);
+    extent_purge(o, ES_MUZZY, 0, false);
+    mtx_unlock(&o->elock);
+    if (!os_commit(size)) return false;
+  }
+  return true;
+}
+
 edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   if (align < os_page) align = os_page;
   size_t search = size + (align - os_page);
   if (search < size) return NULL;
   size_t np = search / os_page;
+  /* A hooked arena's pages come from the user's page source: not in the commit budget
+   * nor in the resident count (they may not be process memory at all). */
+  extent_hooks_t *h = arena_hooks(a);
   unsigned state = ES_DIRTY;
   edata_t *f = eset_fit(&a->dirty, np);
   if (f == NULL && a->muzzy.npages) {
@@ -375,25 +397,28 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     f = eset_fit(&a->muzzy, np);
   }
   if (f == NULL) {
+    /* Retained pages become memory: within the commit budget, after giving back dirty
+     * pages if that is what it takes. */
+    if (h == NULL && commit_or_purge(a, size)) return NULL;
     state = ES_RETAINED;
     f = eset_fit(&a->retained, np);
     if (f == NULL) {
-      if (extent_grow(a, search)) return NULL;
-      f = eset_fit(&a->retained, np);
-      if (f == NULL) return NULL;
+      if (extent_grow(a, search) || (f = eset_fit(&a->retained, np)) == NULL) {
+        if (h == NULL) os_decommit(size);
+        return NULL;
+      }
     }
   }
   /* Take the edata for the lead and trail first, so failure leaves f untouched. */
   uintptr_t body = (f->addr + align - 1) & ~(uintptr_t)(align - 1);
   size_t lead = body - f->addr, trail = f->size - lead - size;
   edata_t *l = NULL, *t = NULL;
-  if (lead && (l = edata_get(a)) == NULL) return NULL;
-  if (trail && (t = edata_get(a)) == NULL) {
+  if ((lead && (l = edata_get(a)) == NULL) || (trail && (t = edata_get(a)) == NULL)) {
     if (l) edata_put(a, l);
+    if (state == ES_RETAINED && h == NULL) os_decommit(size);
     return NULL;
   }
   eset_t *es = eset_of(a, state);
-  extent_hooks_t *h = arena_hooks(a);
   if (h != NULL && lead && ehooks_split(a, h, (void *)f->addr, f->size, lead, f->committed)) {
     if (l) edata_put(a, l);
     if (t) edata_put(a, t);
@@ -452,7 +477,6 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   if (0) {
   fresh:
     if ((f = extent_alloc_fresh(a, h, size, align)) == NULL) return NULL;
-    state = ES_RETAINED; /* new pages: resident from now on */
   }
   if (h != NULL && !f->committed) {
     /* Retained pages the hook left uncommitted: commit them outside the lock (f is in no
@@ -469,7 +493,7 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   }
   a->nactive += size / os_page;
   if (a->user) active_link(a, f);
-  if (state == ES_RETAINED) {
+  if (state == ES_RETAINED && h == NULL) {
     __atomic_fetch_add(&extent_resident_pages, size / os_page, __ATOMIC_RELAXED);
     limit_check(a);
   }
@@ -493,6 +517,7 @@ bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size) {
   if (n == NULL) n = mergeable(a, ent, ES_RETAINED);
   if (n == NULL || n->addr != e->addr + e->size || n->size < need) return true;
   unsigned state = n->state;
+  if (state == ES_RETAINED && os_commit(need)) return true;
   eset_t *es = eset_of(a, state);
   eset_remove(es, n);
   rtree_write(last_gran(e), 0);
@@ -577,6 +602,7 @@ size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool lazy) {
       }
       a->npurged += e->size / os_page;
       __atomic_fetch_sub(&extent_resident_pages, e->size / os_page, __ATOMIC_RELAXED);
+      os_decommit(e->size);
       if (opt.retain) {
         e->zeroed = 1;
         extent_insert_free(a, e, ES_RETAINED);
@@ -605,7 +631,10 @@ void extent_destroy_all(arena_t *a) {
       eset_remove(es, e);
       if (es != &a->retained) {
         lru_remove(es, e);
-        __atomic_fetch_sub(&extent_resident_pages, e->size / os_page, __ATOMIC_RELAXED);
+        if (h == NULL) {
+          __atomic_fetch_sub(&extent_resident_pages, e->size / os_page, __ATOMIC_RELAXED);
+          os_decommit(e->size);
+        }
       }
       rtree_write(e->addr, 0);
       rtree_write(last_gran(e), 0);
@@ -670,7 +699,6 @@ size_t extent_purge_hooked(arena_t *a, extent_hooks_t *h, size_t target_pages) {
       batch = e->lru_next;
       purged += e->size / os_page;
       a->npurged += e->size / os_page;
-      __atomic_fetch_sub(&extent_resident_pages, e->size / os_page, __ATOMIC_RELAXED);
       rtree_write(e->addr, 0);
       rtree_write(last_gran(e), 0);
       if (e->bucket == REL_UNMAPPED) {

@@ -1,8 +1,8 @@
 /*
  * init.c - lazy, re-entrant initialisation (safe before main, from the dynamic loader and
  * under dlsym), the thread state, and fork handling. Lock order, which prefork follows:
- * bg_lock (background.c), init_lock, tcache_list_lock, arenas_lock, then per arena in index order its bin locks
- * (by class) and its elock, then rtree_lock, meta_lock.
+ * bg_lock (background.c), init_lock, tcache_list_lock, arenas_lock, then per arena in index
+ * order its bin locks (by class) and its elock, then guard_lock, rtree_lock, meta_lock.
  */
 #include <pthread.h>
 #include <string.h>
@@ -48,6 +48,7 @@ bool strata_init(void) {
   narenas = opt.narenas ? opt.narenas : 4 * os_ncpus;
   if (narenas > 4095) narenas = 4095;
   tcache_boot();
+  guard_boot();
   arenas = meta_alloc(sizeof(arena_t *) * ARENAS_MAX); /* user arenas follow the oversize one */
   narenas_total = narenas + 1;
   if (arenas == NULL || arena_get(0) == NULL) {
@@ -78,7 +79,7 @@ tsd_t *tsd_fetch(void) {
 /* ---------------------------------------------------------------- fork */
 static void fork_locks(void (*op)(mtx_t *), bool reverse) {
   mtx_t *order[3] = {&init_lock, &tcache_list_lock, &arenas_lock};
-  mtx_t *tail[2] = {&rtree_lock, &meta_lock};
+  mtx_t *tail[3] = {&guard_lock, &rtree_lock, &meta_lock};
   if (!reverse) {
     for (int i = 0; i < 3; i++) op(order[i]);
     for (unsigned i = 0; i < narenas_total; i++) {
@@ -87,9 +88,9 @@ static void fork_locks(void (*op)(mtx_t *), bool reverse) {
       for (unsigned b = 1; b <= SZ_NSMALL; b++) op(&a->bins[b].lock);
       op(&a->elock);
     }
-    for (int i = 0; i < 2; i++) op(tail[i]);
+    for (int i = 0; i < 3; i++) op(tail[i]);
   } else {
-    for (int i = 1; i >= 0; i--) op(tail[i]);
+    for (int i = 2; i >= 0; i--) op(tail[i]);
     for (unsigned i = narenas_total; i-- > 0;) {
       arena_t *a = arenas[i];
       if (a == NULL) continue;

@@ -36,6 +36,9 @@ HIDDEN char *fmt_u64(char *buf, uint64_t v);  /* returns buf, NUL-terminated */
 HIDDEN char *fmt_hex(char *buf, uint64_t v);  /* "0x..." */
 HIDDEN NORETURN void strata_invalid_free(const char *func, const void *p);
 HIDDEN NORETURN void strata_fatal(const char *what);
+/* A sized free whose size (and alignment) names another class than the block's. */
+HIDDEN NORETURN void strata_size_mismatch(const char *func, const void *p, size_t size, size_t align,
+                                          size_t usize);
 HIDDEN NORETURN void strata_assert_fail(const char *cond, const char *file, int line);
 
 /* ------------------------------------------------------------------ os.c */
@@ -55,8 +58,16 @@ enum { MTHP_DISABLED = 0, MTHP_AUTO, MTHP_ALWAYS };     /* opt.metadata_thp */
 HIDDEN void os_thp_apply(void *addr, size_t size, bool metadata); /* MADV_(NO)HUGEPAGE per opt */
 HIDDEN uint64_t os_mem_limit_read(void); /* re-reads the cgroup limit; 0 if none */
 HIDDEN void *os_remap(void *addr, size_t old, size_t new_size); /* mremap MAYMOVE; NULL on failure */
+/* mremap onto dest (a mapping of new_size made by the caller, which it replaces); false on
+ * failure, dest then still mapped. */
+HIDDEN bool os_remap_fixed(void *addr, size_t old, size_t new_size, void *dest);
 HIDDEN int os_read_file(const char *path, char *buf, size_t cap); /* bytes read, -1 on error */
 HIDDEN pid_t os_gettid(void);
+/* Commit budget under a cgroup memory limit (or commit_limit): bytes of active, dirty and
+ * muzzy pages (memory the kernel charges) stay under it, so that allocation fails with
+ * ENOMEM instead of the kernel OOM-killing the process. */
+HIDDEN bool os_commit(size_t bytes); /* true (and nothing reserved) if over the budget */
+HIDDEN void os_decommit(size_t bytes);
 
 /* ------------------------------------------------------------------ locks */
 /* pthread mutexes: they never allocate, TSan understands them, fork reinitialises them.
@@ -290,7 +301,7 @@ HIDDEN void bin_release_spare(arena_t *a, szind_t ind);
 /*
  * Lock order (fork takes them all in this order): bg_lock, init_lock, tcache_list_lock,
  * arenas_lock, then per arena in index order: bins[1..SZ_NSMALL].lock, elock;
- * then rtree_lock, meta_lock. Code may go right in this list while holding a lock
+ * then guard_lock, rtree_lock, meta_lock. Code may go right in this list while holding a lock
  * (bin -> elock -> rtree/meta), never left, and holds at most one arena's locks.
  */
 /* One decay clock (decay.c): dirty pages age into muzzy (or purged), muzzy into purged. */
@@ -419,6 +430,25 @@ HIDDEN void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deall
 HIDDEN extern mtx_t tcache_list_lock;
 HIDDEN extern tcache_t *tcache_list;
 
+/* ------------------------------------------------------------------ guard.c */
+/* Sampled guarded allocations (opt.guard_sample_interval). A guarded block's rtree entry
+ * points at an edata of arena GUARD_ARENA, which idalloc hands to guard_free. */
+#define GUARD_ARENA 0xffff
+HIDDEN extern bool guard_enabled;
+HIDDEN extern mtx_t guard_lock; /* after arenas_lock, before rtree_lock and meta_lock */
+HIDDEN void guard_boot(void);
+/* From the cache fill (no lock held): a guarded block for this allocation, or NULL after
+ * clamping *want so that the fill ends where the thread's countdown does. */
+HIDDEN void *guard_fill_hook(szind_t ind, unsigned *want);
+HIDDEN void guard_free(void *p, edata_t *ed);
+HIDDEN void guard_describe(const void *p); /* fatal reports: what the pool knows of p */
+HIDDEN uint64_t guard_count(void);         /* guarded blocks handed out */
+/* The mallctl handler type of the team's convention (mib[1..] hold numeric components). */
+typedef int ctl_handler_t(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                          size_t newlen);
+HIDDEN ctl_handler_t guard_ctl_sample_interval; /* opt.guard_sample_interval: size_t, read-only */
+HIDDEN ctl_handler_t guard_ctl_allocs;          /* stats.guard.allocs: uint64_t, read-only */
+
 /* ------------------------------------------------------------------ conf.c */
 enum { JUNK_NONE = 0, JUNK_ALLOC = 1, JUNK_FREE = 2 };
 typedef struct {
@@ -445,6 +475,9 @@ typedef struct {
   unsigned thp;              /* THP_* */
   unsigned metadata_thp;     /* MTHP_* */
   uint64_t limit_headroom;   /* bytes under the cgroup limit where purging starts; 0: auto */
+  size_t guard_sample_interval; /* guard.c: 1 in N cache fills guarded; 0 off */
+  size_t commit_limit;       /* os.c: bytes of active + dirty pages; 0 off; COMMIT_AUTO */
+#define COMMIT_AUTO SIZE_MAX /* the cgroup memory limit less a headroom, if there is one */
 } opt_t;
 HIDDEN extern opt_t opt;
 HIDDEN void conf_init(void);

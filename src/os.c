@@ -5,6 +5,7 @@
  * before libc is ready and must never allocate.
  */
 #include <fcntl.h>
+#include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -15,6 +16,7 @@
 size_t os_page = 4096;
 unsigned os_ncpus = 1;
 uint64_t os_mem_limit = 0;
+static size_t os_committed; /* atomic: active + dirty bytes of every arena */
 
 pid_t os_gettid(void) { return (pid_t)syscall(SYS_gettid); }
 
@@ -131,21 +133,48 @@ static unsigned cgroup_cpu_limit(void) {
   return 0;
 }
 
-static uint64_t cgroup_mem_limit(void) {
+/* A memory cgroup figure in bytes (v2 name, else v1 name), 0 if none or unlimited. */
+static uint64_t cgroup_mem_read(const char *v2, const char *v1) {
   char dir[512], path[600], buf[128];
   bool ok;
-  if (cgroup_dir(NULL, dir, sizeof(dir)) && path_join(path, sizeof(path), dir, "memory.max") &&
+  if (cgroup_dir(NULL, dir, sizeof(dir)) && path_join(path, sizeof(path), dir, v2) &&
       os_read_file(path, buf, sizeof(buf)) > 0 && buf[0] != 'm') {
     const char *s = buf;
     uint64_t v = parse_u64(&s, &ok);
     return ok ? v : 0;
   }
-  if (cgroup_dir("memory", dir, sizeof(dir)) && path_join(path, sizeof(path), dir, "memory.limit_in_bytes") &&
+  if (cgroup_dir("memory", dir, sizeof(dir)) && path_join(path, sizeof(path), dir, v1) &&
       os_read_file(path, buf, sizeof(buf)) > 0) {
     const char *s = buf;
     uint64_t v = parse_u64(&s, &ok);
     /* v1 reports "no limit" as a huge page-rounded number. */
     return (ok && v < ((uint64_t)1 << 62)) ? v : 0;
+  }
+  return 0;
+}
+static uint64_t cgroup_mem_limit(void) { return cgroup_mem_read("memory.max", "memory.limit_in_bytes"); }
+
+/* One "key value" line of the cgroup's memory.stat (v2 key, else v1 key), 0 if none. */
+static uint64_t cgroup_mem_stat(const char *k2, const char *k1) {
+  char dir[512], path[600], buf[4096];
+  bool ok;
+  const char *key = k2;
+  int n = -1;
+  if (cgroup_dir(NULL, dir, sizeof(dir)) && path_join(path, sizeof(path), dir, "memory.stat"))
+    n = os_read_file(path, buf, sizeof(buf));
+  if (n <= 0 && cgroup_dir("memory", dir, sizeof(dir)) && path_join(path, sizeof(path), dir, "memory.stat")) {
+    n = os_read_file(path, buf, sizeof(buf));
+    key = k1;
+  }
+  if (n <= 0) return 0;
+  buf[n < (int)sizeof(buf) ? n : (int)sizeof(buf) - 1] = '\0';
+  size_t klen = strlen(key);
+  for (const char *l = buf; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l)) {
+    if (strncmp(l, key, klen) == 0 && l[klen] == ' ') {
+      const char *v = l + klen + 1;
+      uint64_t x = parse_u64(&v, &ok);
+      return ok ? x : 0;
+    }
   }
   return 0;
 }
@@ -169,6 +198,44 @@ void os_init(void) {
 }
 
 uint64_t os_mem_limit_read(void) { return cgroup_mem_limit(); }
+
+/* The commit budget: opt.commit_limit, or (auto) the cgroup limit, which may change while
+ * the process runs (decay.c re-reads it), less a headroom for what the cgroup charges
+ * besides strata's pages (binary, stacks, page tables, kernel memory): an eighth of the
+ * limit, at least 16 MiB. 0: no budget. */
+static size_t commit_budget(void) {
+  if (opt.commit_limit != COMMIT_AUTO) return opt.commit_limit;
+  uint64_t lim = __atomic_load_n(&os_mem_limit, __ATOMIC_RELAXED);
+  uint64_t head = lim / 8 > ((uint64_t)16 << 20) ? lim / 8 : (uint64_t)16 << 20;
+  return lim > 2 * head ? (size_t)(lim - head) : 0;
+}
+
+/* In auto mode the budget is only a cheap trigger: past it, the cgroup's own usage
+ * decides (a process whose other memory is small may use its limit nearly whole, as
+ * the container test does at 1.1x one phase's peak; inactive page cache counts as free, the
+ * kernel reclaims it first), with a margin for what the kernel charges between this check
+ * and the pages' first touch: 1/64 of the limit, at least 2 MiB. */
+static bool commit_fits_cgroup(size_t bytes) {
+  uint64_t lim = __atomic_load_n(&os_mem_limit, __ATOMIC_RELAXED);
+  uint64_t use = cgroup_mem_read("memory.current", "memory.usage_in_bytes");
+  uint64_t cache = cgroup_mem_stat("inactive_file", "total_inactive_file"); /* reclaimable */
+  use = use > cache ? use - cache : 0;
+  uint64_t margin = lim / 64 > ((uint64_t)2 << 20) ? lim / 64 : (uint64_t)2 << 20;
+  return lim != 0 && use != 0 && use + bytes + margin <= lim;
+}
+
+/* The count is kept whatever the budget, so that a limit that appears later (a
+ * container resized while it runs) starts from the truth. */
+bool os_commit(size_t bytes) {
+  size_t now = __atomic_add_fetch(&os_committed, bytes, __ATOMIC_RELAXED);
+  size_t budget = commit_budget();
+  if (likely(budget == 0) || (now <= budget && now >= bytes)) return false;
+  if (opt.commit_limit == COMMIT_AUTO && commit_fits_cgroup(bytes)) return false;
+  __atomic_sub_fetch(&os_committed, bytes, __ATOMIC_RELAXED);
+  return true;
+}
+
+void os_decommit(size_t bytes) { __atomic_sub_fetch(&os_committed, bytes, __ATOMIC_RELAXED); }
 
 void *os_map(size_t size, size_t align) {
   if (align <= os_page) {
@@ -222,6 +289,10 @@ void os_thp_apply(void *addr, size_t size, bool metadata) {
     advice = MADV_NOHUGEPAGE;
   }
   if (advice >= 0) madvise(addr, size, advice);
+}
+
+bool os_remap_fixed(void *addr, size_t old, size_t new_size, void *dest) {
+  return mremap(addr, old, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, dest) == dest;
 }
 
 void *os_remap(void *addr, size_t old, size_t new_size) {

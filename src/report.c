@@ -61,6 +61,17 @@ void strata_invalid_free(const char *func, const void *p) {
   char hex[24];
   const char *parts[] = {"<strata>: ", func, "(): invalid pointer ", fmt_hex(hex, (uintptr_t)p), "\n"};
   msg_parts(parts, 5);
+  guard_describe(p);
+  abort();
+}
+
+void strata_size_mismatch(const char *func, const void *p, size_t size, size_t align, size_t usize) {
+  char hex[24], sz[24], al[24], us[24];
+  const char *parts[] = {"<strata>: ", func, "(): size ", fmt_u64(sz, size), align ? " (alignment " : "",
+                         align ? fmt_u64(al, align) : "", align ? ")" : "",
+                         " does not match the block at ", fmt_hex(hex, (uintptr_t)p), " (usable size ",
+                         fmt_u64(us, usize), ")\n"};
+  msg_parts(parts, 12);
   abort();
 }
 

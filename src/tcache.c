@@ -200,6 +200,7 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
     /* The bin is empty: the filled list (lowest addresses first) becomes it. */
     unsigned want = tbin_max[ind] / 2 ? tbin_max[ind] / 2 : 1;
     sassert(b->head == NULL && b->avail == tbin_max[ind]);
+    if (unlikely(guard_enabled) && (p = guard_fill_hook(ind, &want)) != NULL) return p;
     unsigned got = bin_fill_list(tc->arena, ind, &p, want);
     if (got == 0) return NULL;
     b->head = *(void **)p;
