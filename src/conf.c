@@ -22,6 +22,9 @@ opt_t opt = {
     .abort_conf = false,
     .confirm_conf = false,
     .dirty_decay_ms = 10000, /* jemalloc's default */
+    /* 16 MiB: 64 busy threads' worth of a typical cache (256 KiB, wl_nativethreads);
+     * a single thread's full cache is far below it, so only thread-heavy programs meet it. */
+    .tcache_total_max = (size_t)16 << 20,
 };
 
 extern const char *malloc_conf __attribute__((weak));
@@ -31,7 +34,7 @@ extern char **environ;
 
 static const char *const known_keys =
     "narenas, tcache, tcache_max, oversize_threshold, retain, junk, zero, abort, abort_conf, confirm_conf, "
-    "dirty_decay_ms";
+    "dirty_decay_ms, tcache_total_max";
 /* jemalloc options a later version of strata implements: accepted and ignored, with a note. */
 static const char *const later_keys[] = {"muzzy_decay_ms", "background_thread",
                                          "thp", "metadata_thp", "percpu_arena", "prof", "prof_active",
@@ -129,6 +132,13 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
         report("invalid value", k, klen, v, vlen, source, "bytes from 0 to 8388608 (8M)");
         problems++;
       }
+    } else if (key_is(k, klen, "tcache_total_max")) {
+      if (parse_size(v, vlen, (uint64_t)1 << 62, &x)) {
+        o->tcache_total_max = (size_t)x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "bytes, e.g. 16777216 or 16M; 0: no cap");
+        problems++;
+      }
     } else if (key_is(k, klen, "oversize_threshold")) {
       if (parse_size(v, vlen, (uint64_t)1 << 62, &x)) {
         o->oversize_threshold = x ? (size_t)x : (size_t)1 << 62; /* 0 disables, as in jemalloc */
@@ -208,7 +218,7 @@ static const char *env_get(const char *name, char *buf, size_t cap) {
 }
 
 void conf_print(const opt_t *o) {
-  char a[24], b[24], c[24], d[24];
+  char a[24], b[24], c[24], d[24], e[24];
   const char *junk = o->junk == (JUNK_ALLOC | JUNK_FREE) ? "true"
                      : o->junk == JUNK_ALLOC             ? "alloc"
                      : o->junk == JUNK_FREE              ? "free"
@@ -223,8 +233,9 @@ void conf_print(const opt_t *o) {
                          ",abort:", o->abort ? "true" : "false",
                          ",abort_conf:", o->abort_conf ? "true" : "false",
                          ",dirty_decay_ms:", o->dirty_decay_ms < 0 ? "-1" : fmt_u64(d, (uint64_t)o->dirty_decay_ms),
+                         ",tcache_total_max:", fmt_u64(e, o->tcache_total_max),
                          ",confirm_conf:true\n"};
-  msg_parts(parts, 21);
+  msg_parts(parts, 23);
 }
 
 void conf_init(void) {

@@ -27,6 +27,9 @@ uint64_t decay_now(void) {
 
 static size_t dirty_cap(const arena_t *a) {
   size_t floor = DIRTY_CAP_MIN / os_page;
+  /* The oversize arena grows a freed block with mremap instead of needing one as big
+   * as the request (extent.c), so a few blocks' worth is all its reuse needs. */
+  if (a->huge) return floor;
   return a->nactive > floor ? a->nactive : floor;
 }
 
@@ -70,7 +73,9 @@ static size_t decay_step(arena_t *a) {
     }
   }
   size_t cap = dirty_cap(a);
-  if (a->dirty.npages > cap && keep > cap / 2) keep = cap / 2; /* batch: well under the cap */
+  /* Batch: well under the cap; the oversize arena only down to it (its extents are few
+   * and big, and each purged page faults in again on reuse). */
+  if (a->dirty.npages > cap && keep > cap / 2) keep = a->huge ? cap : cap / 2;
   return keep;
 }
 

@@ -278,6 +278,34 @@ static bool extent_grow(arena_t *a, size_t need) {
   return false;
 }
 
+/* The oversize arena, when no dirty extent is big enough: the most recently freed one
+ * is moved and grown to `size` with mremap, which keeps its resident pages, so only the
+ * growth faults in (a new mapping would fault every page while the dirty one waited for
+ * decay). NULL when there is none or the kernel refuses (a range over two mappings). */
+static edata_t *extent_remap_dirty(arena_t *a, size_t size) {
+  edata_t *d = a->lru_tail;
+  if (d == NULL || d->size >= size) return NULL;
+  void *p = os_remap((void *)d->addr, d->size, size);
+  if (p == NULL) return NULL;
+  eset_remove(&a->dirty, d);
+  lru_remove(a, d);
+  rtree_write(d->addr, 0);
+  rtree_write(last_gran(d), 0);
+  a->mapped += size - d->size;
+  d->addr = (uintptr_t)p;
+  d->size = size;
+  d->zeroed = 0;
+  if (rtree_ensure((uintptr_t)p, size)) {
+    os_unmap(p, size);
+    a->mapped -= size;
+    edata_put(a, d);
+    return NULL;
+  }
+  d->state = ES_ACTIVE;
+  a->nactive += size / os_page;
+  return d;
+}
+
 edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   if (align < os_page) align = os_page;
   size_t search = size + (align - os_page);
@@ -285,6 +313,7 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   size_t np = search / os_page;
   unsigned state = ES_DIRTY;
   edata_t *f = eset_fit(&a->dirty, np);
+  if (f == NULL && a->huge && align == os_page && (f = extent_remap_dirty(a, size)) != NULL) return f;
   if (f == NULL) {
     state = ES_RETAINED;
     f = eset_fit(&a->retained, np);

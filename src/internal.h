@@ -315,6 +315,10 @@ struct tcache_s {
   tcache_t *next, *prev;         /* registry, for fork and stats */
   uint32_t gc_ticks, gc_bin;
   uint8_t events[TCACHE_NBINS_MAX]; /* fills/flushes since the GC last looked */
+  /* Global cap (opt.tcache_total_max): each bin's count as last added to tcache_total,
+   * refreshed at that bin's fills, flushes and GC visits (never on the fast paths). */
+  uint32_t published[TCACHE_NBINS_MAX];
+  size_t bytes;                  /* this cache's share of tcache_total */
 };
 enum { TSD_NOMINAL = 0, TSD_ACTIVE, TSD_NOCACHE, TSD_DEAD };
 typedef struct {
@@ -341,6 +345,7 @@ HIDDEN void tcache_dalloc_hard(tcache_t *tc, szind_t ind, void *p);
 HIDDEN void tcache_flush_all(tcache_t *tc);
 HIDDEN void tcache_thread_exit(void *arg);
 HIDDEN void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated);
+HIDDEN extern size_t tcache_total; /* bytes cached by all threads, as published (atomic) */
 HIDDEN extern mtx_t tcache_list_lock;
 HIDDEN extern tcache_t *tcache_list;
 
@@ -358,6 +363,7 @@ typedef struct {
   bool abort_conf;
   bool confirm_conf;
   int64_t dirty_decay_ms;    /* -1: never purge by age; 0: purge at once */
+  size_t tcache_total_max;   /* bytes all thread caches may hold together; 0: no cap */
 } opt_t;
 HIDDEN extern opt_t opt;
 HIDDEN void conf_init(void);

@@ -20,6 +20,7 @@ static uint32_t tbin_align_mask[TCACHE_NBINS_MAX];
 mtx_t tcache_list_lock = MTX_INITIALIZER;
 tcache_t *tcache_list;      /* live caches; guarded by tcache_list_lock */
 static tcache_t *tcache_pool; /* caches of exited threads, for reuse */
+size_t tcache_total;
 
 /* Slots per class: twice a slab's regions, clamped to [20, 200] (jemalloc's defaults,
  * which balance refill frequency against memory held per thread); large classes 4. */
@@ -173,15 +174,36 @@ static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
   }
 }
 
+/* Bring bin ind's share of tcache_total up to date (slow paths only: one atomic add). */
+static void tcache_publish(tcache_t *tc, szind_t ind) {
+  uint32_t c = tbin_count(&tc->bins[ind], ind);
+  if (c == tc->published[ind]) return;
+  size_t delta = ((size_t)c - tc->published[ind]) * sz_size[ind]; /* wraps when it shrank */
+  tc->published[ind] = c;
+  tc->bytes += delta;
+  __atomic_fetch_add(&tcache_total, delta, __ATOMIC_RELAXED);
+}
+
+static inline bool tcache_over_cap(void) {
+  return opt.tcache_total_max && __atomic_load_n(&tcache_total, __ATOMIC_RELAXED) > opt.tcache_total_max;
+}
+
 static void tcache_event(tcache_t *tc, szind_t ind) {
   tc->events[ind] = 1;
-  if (++tc->gc_ticks < GC_INTERVAL) return;
+  tcache_publish(tc, ind);
+  /* Over the global cap, every event is a GC visit that empties the bin it visits
+   * (busy or not), so many threads' caches shrink together until they fit. */
+  bool over = tcache_over_cap();
+  if (++tc->gc_ticks < GC_INTERVAL && !over) return;
   tc->gc_ticks = 0;
   if (++tc->gc_bin >= tcache_nbins) tc->gc_bin = 1;
   szind_t g = tc->gc_bin;
   /* A bin with no fill or flush since the last visit was not under pressure: give half
    * of what it holds back, so a class the thread stopped using drains over time. */
-  if (!tc->events[g] && tbin_count(&tc->bins[g], g) > 0) tcache_flush_bin(tc, g, tbin_count(&tc->bins[g], g) / 2);
+  if (g != ind && tbin_count(&tc->bins[g], g) > 0 && (over || !tc->events[g])) {
+    tcache_flush_bin(tc, g, over ? 0 : tbin_count(&tc->bins[g], g) / 2);
+    tcache_publish(tc, g);
+  }
   tc->events[g] = 0;
 }
 
@@ -191,6 +213,7 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
   if (ind <= SZ_NSMALL) {
     /* The bin is empty: the filled list (lowest addresses first) becomes it. */
     unsigned want = tbin_max[ind] / 2 ? tbin_max[ind] / 2 : 1;
+    if (unlikely(tcache_over_cap())) want = want / 4 ? want / 4 : 1; /* fill less */
     sassert(b->head == NULL && b->avail == tbin_max[ind]);
     unsigned got = bin_fill_list(tc->arena, ind, &p, want);
     if (got == 0) return NULL;
@@ -227,7 +250,10 @@ void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated)
 }
 
 void tcache_flush_all(tcache_t *tc) {
-  for (szind_t i = 1; i < tcache_nbins; i++) tcache_flush_bin(tc, i, 0);
+  for (szind_t i = 1; i < tcache_nbins; i++) {
+    tcache_flush_bin(tc, i, 0);
+    tcache_publish(tc, i);
+  }
 }
 
 void tcache_thread_exit(void *arg) {
