@@ -237,6 +237,9 @@ typedef struct {
 HIDDEN unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n);
 /* Up to n regions linked into a NULL-terminated list, lowest address first. */
 HIDDEN unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n);
+/* The same, but whole remote chains are taken while the total stays under nmax (>= n),
+ * so a small fill does not cut a chain a flush handed over whole. */
+HIDDEN unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, unsigned nmax);
 /* Frees n regions of class ind that all belong to arena a (a chain is made of them). */
 HIDDEN void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, unsigned n);
 /* len regions of one slab, linked through their first word from head. */
@@ -314,10 +317,14 @@ struct tcache_s {
   arena_t *arena;
   tcache_t *next, *prev;         /* registry, for fork and stats */
   uint32_t gc_ticks, gc_bin;
+  uint32_t gc_every;             /* events between GC visits: 32, or 1 over the global cap */
   uint8_t events[TCACHE_NBINS_MAX]; /* fills/flushes since the GC last looked */
   /* Global cap (opt.tcache_total_max): each bin's count as last added to tcache_total,
    * refreshed at that bin's fills, flushes and GC visits (never on the fast paths). */
   uint32_t published[TCACHE_NBINS_MAX];
+  /* Regions a miss fills: starts at an eighth of the bin, doubles on each miss up to
+   * half of it, halves when the GC finds the bin idle (jemalloc's lg_fill_div). */
+  uint16_t fill[TCACHE_NBINS_MAX];
   size_t bytes;                  /* this cache's share of tcache_total */
 };
 enum { TSD_NOMINAL = 0, TSD_ACTIVE, TSD_NOCACHE, TSD_DEAD };
