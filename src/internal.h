@@ -322,8 +322,9 @@ struct tcache_s {
   /* Global cap (opt.tcache_total_max): each bin's count as last added to tcache_total,
    * refreshed at that bin's fills, flushes and GC visits (never on the fast paths). */
   uint32_t published[TCACHE_NBINS_MAX];
-  /* Regions a miss fills: starts at an eighth of the bin, doubles on each miss up to
-   * half of it, halves when the GC finds the bin idle (jemalloc's lg_fill_div). */
+  /* Regions a miss fills: starts at 32 KiB's worth (at most half the bin), doubles on
+   * each miss up to half of it, halves when the GC finds the bin idle (not below the
+   * start), back to the start over the global cap (jemalloc's lg_fill_div idea). */
   uint16_t fill[TCACHE_NBINS_MAX];
   size_t bytes;                  /* this cache's share of tcache_total */
 };

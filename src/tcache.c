@@ -1,11 +1,13 @@
 /*
  * tcache.c - per-thread caches: for each class up to tcache_max, a bounded LIFO of free
- * regions (an intrusive list) that the inline fast paths pop and push. Misses fill half
- * a bin in one batch under the bin lock; overflows flush half: a batch that belongs to
+ * regions (an intrusive list) that the inline fast paths pop and push. Misses fill in
+ * one batch under the bin lock (a fill that grows from 32 KiB's worth to half the bin
+ * while the class keeps missing); overflows flush half: a batch that belongs to
  * one other arena goes to that bin's remote list as a chain, anything else back to the
  * bitmaps grouped by owning arena, one lock per batch, never one per object. An
- * incremental GC flushes bins a thread stopped using; a thread's cache is flushed by a
- * pthread key destructor and recycled.
+ * incremental GC flushes bins a thread stopped using, and empties them while all
+ * threads' caches together hold more than tcache_total_max; a thread's cache is flushed
+ * by a pthread key destructor and recycled.
  */
 #include <pthread.h>
 #include <string.h>
@@ -205,10 +207,9 @@ static void tcache_event(tcache_t *tc, szind_t ind) {
   tcache_publish(tc, ind);
   if (++tc->gc_ticks < tc->gc_every) return;
   tc->gc_ticks = 0;
-  /* The global cap is looked at on GC visits only, so fills and flushes pay nothing for
-   * it (the producer/consumer figure counts them). Over it, every event is a GC visit
-   * that empties the bin it visits, busy or not, so many threads' caches shrink
-   * together until they fit. */
+  /* The global cap: published at every fill and flush (one atomic add), looked at on
+   * GC visits only. Over it, every event is a GC visit that empties the bin it visits,
+   * busy or not, so many threads' caches shrink together until they fit. */
   bool over = tcache_over_cap();
   tc->gc_every = over ? 1 : GC_INTERVAL;
   if (++tc->gc_bin >= tcache_nbins) tc->gc_bin = 1;
@@ -217,7 +218,8 @@ static void tcache_event(tcache_t *tc, szind_t ind) {
    * of what it holds back, so a class the thread stopped using drains over time. */
   if (g != ind && (over || !tc->events[g])) {
     if (tbin_count(&tc->bins[g], g) > 0) tcache_flush_bin(tc, g, over ? 0 : tbin_count(&tc->bins[g], g) / 2);
-    if (tc->fill[g] > tbin_fill_init[g]) tc->fill[g] = over ? tbin_fill_init[g] : tc->fill[g] / 2;
+    if (tc->fill[g] > tbin_fill_init[g])
+      tc->fill[g] = (uint16_t)(over || tc->fill[g] / 2 < tbin_fill_init[g] ? tbin_fill_init[g] : tc->fill[g] / 2);
   }
   tcache_publish(tc, g);
   tc->events[g] = 0;
