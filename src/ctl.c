@@ -151,18 +151,39 @@ static size_t ctl_lookup(const char *name) {
 }
 
 
+/* Handlers other modules own (ctl_handler_t), after the names above: their MIB is
+ * N_COUNT + their index here. */
+static const struct {
+  const char *name;
+  ctl_handler_t *fn;
+} ctl_extra[] = {{"opt.tcache_total_max", tcache_ctl_total_max}, {"stats.tcache_bytes", tcache_ctl_bytes}};
+#define N_EXTRA (sizeof(ctl_extra) / sizeof(ctl_extra[0]))
+static size_t ctl_lookup_all(const char *name) {
+  size_t i = ctl_lookup(name);
+  for (size_t k = 0; i == N_COUNT && k < N_EXTRA; k++)
+    if (strcmp(ctl_extra[k].name, name) == 0) return N_COUNT + 1 + k;
+  return i;
+}
+static int ctl_call(size_t i, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  if (i > N_COUNT) {
+    size_t mib = i;
+    return ctl_extra[i - N_COUNT - 1].fn(&mib, 1, oldp, oldlenp, newp, newlen);
+  }
+  return ctl_by_index(i, oldp, oldlenp, newp, newlen);
+}
+
 __attribute__((visibility("default"))) int strata_mallctl(const char *name, void *oldp, size_t *oldlenp,
                                                           void *newp, size_t newlen) {
   if (name == NULL) return EINVAL;
-  size_t i = ctl_lookup(name);
+  size_t i = ctl_lookup_all(name);
   if (i == N_COUNT) return ENOENT;
-  return ctl_by_index(i, oldp, oldlenp, newp, newlen);
+  return ctl_call(i, oldp, oldlenp, newp, newlen);
 }
 
 __attribute__((visibility("default"))) int strata_mallctlnametomib(const char *name, size_t *mibp,
                                                                   size_t *miblenp) {
   if (name == NULL || mibp == NULL || miblenp == NULL || *miblenp < 1) return EINVAL;
-  size_t i = ctl_lookup(name);
+  size_t i = ctl_lookup_all(name);
   if (i == N_COUNT) return ENOENT;
   mibp[0] = i;
   *miblenp = 1;
@@ -171,8 +192,8 @@ __attribute__((visibility("default"))) int strata_mallctlnametomib(const char *n
 
 __attribute__((visibility("default"))) int strata_mallctlbymib(const size_t *mib, size_t miblen, void *oldp,
                                                               size_t *oldlenp, void *newp, size_t newlen) {
-  if (mib == NULL || miblen != 1 || mib[0] >= N_COUNT) return ENOENT;
-  return ctl_by_index(mib[0], oldp, oldlenp, newp, newlen);
+  if (mib == NULL || miblen != 1 || mib[0] == N_COUNT || mib[0] > N_COUNT + N_EXTRA) return ENOENT;
+  return ctl_call(mib[0], oldp, oldlenp, newp, newlen);
 }
 
 static void write_stderr(void *opaque, const char *s) {

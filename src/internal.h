@@ -354,6 +354,10 @@ HIDDEN void tcache_flush_all(tcache_t *tc);
 HIDDEN void tcache_thread_exit(void *arg);
 HIDDEN void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated);
 HIDDEN extern size_t tcache_total; /* bytes cached by all threads, as published (atomic) */
+/* mallctl handlers (the team's convention; ctl.c lists them by name). */
+typedef int ctl_handler_t(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen);
+HIDDEN ctl_handler_t tcache_ctl_total_max; /* opt.tcache_total_max */
+HIDDEN ctl_handler_t tcache_ctl_bytes;     /* stats.tcache_bytes */
 HIDDEN extern mtx_t tcache_list_lock;
 HIDDEN extern tcache_t *tcache_list;
 

@@ -9,6 +9,7 @@
  * threads' caches together hold more than tcache_total_max; a thread's cache is flushed
  * by a pthread key destructor and recycled.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -300,4 +301,25 @@ void tcache_thread_exit(void *arg) {
   tc->prev = NULL;
   tcache_pool = tc;
   mtx_unlock(&tcache_list_lock);
+}
+
+/* mallctl: read-only size_t values (jemalloc's rules: EPERM on write, EINVAL on a wrong
+ * length). opt.tcache_total_max is the option; stats.tcache_bytes what all caches hold
+ * as last published (at their fills, flushes and GC visits), live, not per epoch. */
+static int ctl_size_ro(size_t v, void *oldp, size_t *oldlenp, void *newp) {
+  if (newp != NULL) return EPERM;
+  if (oldp == NULL || oldlenp == NULL) return 0;
+  if (*oldlenp != sizeof(size_t)) return EINVAL;
+  *(size_t *)oldp = v;
+  return 0;
+}
+
+int tcache_ctl_total_max(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  (void)mib, (void)miblen, (void)newlen;
+  return ctl_size_ro(opt.tcache_total_max, oldp, oldlenp, newp);
+}
+
+int tcache_ctl_bytes(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  (void)mib, (void)miblen, (void)newlen;
+  return ctl_size_ro(__atomic_load_n(&tcache_total, __ATOMIC_RELAXED), oldp, oldlenp, newp);
 }
