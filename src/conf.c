@@ -31,6 +31,9 @@ opt_t opt = {
     .limit_headroom = 0,
     .guard_sample_interval = 0,
     .commit_limit = COMMIT_AUTO,
+    /* 16 MiB: 64 busy threads' worth of a typical cache (256 KiB, wl_nativethreads);
+     * a single thread's full cache is far below it, so only thread-heavy programs meet it. */
+    .tcache_total_max = (size_t)16 << 20,
 };
 
 extern const char *malloc_conf __attribute__((weak));
@@ -42,7 +45,7 @@ static const char *const known_keys =
     "narenas, tcache, tcache_max, oversize_threshold, retain, junk, zero, abort, abort_conf, confirm_conf, "
     "dirty_decay_ms, muzzy_decay_ms, background_thread, max_background_threads, thp, metadata_thp, "
     "limit_headroom, stats_print, stats_print_opts, stats_file, stats_interval_ms, stats_metrics_detail, "
-    "guard_sample_interval, commit_limit";
+    "guard_sample_interval, commit_limit, tcache_total_max";
 /* jemalloc options a later version of strata implements: accepted and ignored, with a note. */
 static const char *const later_keys[] = {"percpu_arena", "prof", "prof_active",
                                          "lg_prof_sample", "lg_prof_interval", "prof_prefix",
@@ -137,6 +140,13 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
         o->tcache_max = (size_t)x;
       } else {
         report("invalid value", k, klen, v, vlen, source, "bytes from 0 to 8388608 (8M)");
+        problems++;
+      }
+    } else if (key_is(k, klen, "tcache_total_max")) {
+      if (parse_size(v, vlen, (uint64_t)1 << 62, &x)) {
+        o->tcache_total_max = (size_t)x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "bytes, e.g. 16777216 or 16M; 0: no cap");
         problems++;
       }
     } else if (key_is(k, klen, "oversize_threshold")) {
@@ -301,7 +311,7 @@ static const char *env_get(const char *name, char *buf, size_t cap) {
 }
 
 void conf_print(const opt_t *o) {
-  char a[24], b[24], c[24], d[24], e[24], f[24], g[24], h[24], i[24];
+  char a[24], b[24], c[24], d[24], e[24], f[24], g[24], h[24], i[24], j[24];
   static const char *const thp[] = {"default", "always", "never"};
   static const char *const mthp[] = {"disabled", "auto", "always"};
   const char *junk = o->junk == (JUNK_ALLOC | JUNK_FREE) ? "true"
@@ -326,6 +336,7 @@ void conf_print(const opt_t *o) {
                          ",limit_headroom:", fmt_u64(g, o->limit_headroom),
                          ",guard_sample_interval:", fmt_u64(h, o->guard_sample_interval),
                          ",commit_limit:", o->commit_limit == COMMIT_AUTO ? "auto" : o->commit_limit ? fmt_u64(i, o->commit_limit) : "off",
+                         ",tcache_total_max:", fmt_u64(j, o->tcache_total_max),
                          ",confirm_conf:true\n"};
   msg_parts(parts, (int)(sizeof(parts) / sizeof(parts[0])));
 }

@@ -37,6 +37,9 @@ uint64_t decay_now(void) {
 
 static size_t dirty_cap(const arena_t *a) {
   size_t floor = DIRTY_CAP_MIN / os_page;
+  /* The oversize arena grows a freed block with mremap instead of needing one as big
+   * as the request (extent.c), so a few blocks' worth is all its reuse needs. */
+  if (a->huge) return floor;
   return a->nactive > floor ? a->nactive : floor;
 }
 
@@ -94,7 +97,9 @@ static void decay_arena_locked(arena_t *a) {
   uint64_t now = decay_now();
   size_t keep = decay_step(&a->ddecay, a->dirty.npages, now);
   size_t cap = dirty_cap(a);
-  if (a->dirty.npages > cap && keep > cap / 2) keep = cap / 2; /* batch: well under the cap */
+  /* Batch: well under the cap; the oversize arena only down to it (its extents are few
+   * and big, and each purged page faults in again on reuse). */
+  if (a->dirty.npages > cap && keep > cap / 2) keep = a->huge ? cap : cap / 2;
   if (keep < a->dirty.npages) extent_purge(a, ES_DIRTY, keep, decay_ms(&a->mdecay) != 0);
   a->ddecay.nunpurged = a->dirty.npages;
   if (a->muzzy.npages) {

@@ -382,6 +382,45 @@ static bool commit_or_purge(arena_t *a, size_t size) {
   return true;
 }
 
+/* The oversize arena, when no dirty extent is big enough: the most recently freed one
+ * is moved and grown to `size` with mremap, which keeps its resident pages, so only the
+ * growth faults in (a new mapping would fault every page while the dirty one waited for
+ * decay). NULL when there is none, the commit budget refuses the growth or the kernel
+ * refuses (a range over two mappings). */
+static edata_t *extent_remap_dirty(arena_t *a, size_t size) {
+  edata_t *d = a->dirty.lru_tail;
+  if (d == NULL || d->size >= size) return NULL;
+  size_t grow = size - d->size;
+  if (os_commit(grow)) return NULL;
+  void *p = os_remap((void *)d->addr, d->size, size);
+  if (p == NULL) {
+    os_decommit(grow);
+    return NULL;
+  }
+  eset_remove(&a->dirty, d);
+  lru_remove(&a->dirty, d);
+  rtree_write(d->addr, 0);
+  rtree_write(last_gran(d), 0);
+  a->mapped += grow;
+  size_t old_pages = d->size / os_page;
+  d->addr = (uintptr_t)p;
+  d->size = size;
+  d->zeroed = 0;
+  if (rtree_ensure((uintptr_t)p, size)) {
+    os_unmap(p, size);
+    a->mapped -= size;
+    __atomic_fetch_sub(&extent_resident_pages, old_pages, __ATOMIC_RELAXED);
+    os_decommit(size);
+    edata_put(a, d);
+    return NULL;
+  }
+  d->state = ES_ACTIVE;
+  a->nactive += size / os_page;
+  __atomic_fetch_add(&extent_resident_pages, grow / os_page, __ATOMIC_RELAXED);
+  limit_check(a);
+  return d;
+}
+
 edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   if (align < os_page) align = os_page;
   size_t search = size + (align - os_page);
@@ -396,6 +435,8 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     state = ES_MUZZY;
     f = eset_fit(&a->muzzy, np);
   }
+  if (f == NULL && a->huge && h == NULL && align == os_page && (f = extent_remap_dirty(a, size)) != NULL)
+    return f;
   if (f == NULL) {
     /* Retained pages become memory: within the commit budget, after giving back dirty
      * pages if that is what it takes. */

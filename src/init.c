@@ -123,6 +123,7 @@ static void fork_child(void) {
   tcache_t *self = strata_tsd.state == TSD_ACTIVE ? strata_tsd.tcache : NULL;
   tcache_list = self;
   if (self) self->next = self->prev = NULL;
+  tcache_total = self ? self->bytes : 0; /* the other caches are gone */
   for (unsigned i = 0; i < narenas_total; i++) {
     if (arenas[i]) arenas[i]->nthreads = 0;
   }

@@ -282,6 +282,9 @@ typedef struct {
 HIDDEN unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n);
 /* Up to n regions linked into a NULL-terminated list, lowest address first. */
 HIDDEN unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n);
+/* The same, but whole remote chains are taken while the total stays under nmax (>= n),
+ * so a small fill does not cut a chain a flush handed over whole. */
+HIDDEN unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, unsigned nmax);
 /* Frees n regions of class ind that all belong to arena a (a chain is made of them). */
 HIDDEN void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, unsigned n);
 /* len regions of one slab, linked through their first word from head. */
@@ -398,7 +401,16 @@ struct tcache_s {
   arena_t *arena;
   tcache_t *next, *prev;         /* registry, for fork and stats */
   uint32_t gc_ticks, gc_bin;
+  uint32_t gc_every;             /* events between GC visits: 32, or 1 over the global cap */
   uint8_t events[TCACHE_NBINS_MAX]; /* fills/flushes since the GC last looked */
+  /* Global cap (opt.tcache_total_max): each bin's count as last added to tcache_total,
+   * refreshed at that bin's fills, flushes and GC visits (never on the fast paths). */
+  uint32_t published[TCACHE_NBINS_MAX];
+  /* Regions a miss fills: starts at 32 KiB's worth (at most half the bin), doubles on
+   * each miss up to half of it, halves when the GC finds the bin idle (not below the
+   * start), back to the start over the global cap (jemalloc's lg_fill_div idea). */
+  uint16_t fill[TCACHE_NBINS_MAX];
+  size_t bytes;                  /* this cache's share of tcache_total */
 };
 enum { TSD_NOMINAL = 0, TSD_ACTIVE, TSD_NOCACHE, TSD_DEAD };
 typedef struct {
@@ -427,6 +439,11 @@ HIDDEN void tcache_dalloc_hard(tcache_t *tc, szind_t ind, void *p);
 HIDDEN void tcache_flush_all(tcache_t *tc);
 HIDDEN void tcache_thread_exit(void *arg);
 HIDDEN void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated);
+HIDDEN extern size_t tcache_total; /* bytes cached by all threads, as published (atomic) */
+/* mallctl handlers (the team's convention; ctl.c lists them by name). */
+typedef int ctl_handler_t(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen);
+HIDDEN ctl_handler_t tcache_ctl_total_max; /* opt.tcache_total_max */
+HIDDEN ctl_handler_t tcache_ctl_bytes;     /* stats.tcache_bytes */
 HIDDEN extern mtx_t tcache_list_lock;
 HIDDEN extern tcache_t *tcache_list;
 
@@ -478,6 +495,7 @@ typedef struct {
   size_t guard_sample_interval; /* guard.c: 1 in N cache fills guarded; 0 off */
   size_t commit_limit;       /* os.c: bytes of active + dirty pages; 0 off; COMMIT_AUTO */
 #define COMMIT_AUTO SIZE_MAX /* the cgroup memory limit less a headroom, if there is one */
+  size_t tcache_total_max;   /* bytes all thread caches may hold together; 0: no cap */
 } opt_t;
 HIDDEN extern opt_t opt;
 HIDDEN void conf_init(void);

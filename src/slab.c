@@ -92,6 +92,10 @@ static edata_t *bin_next_slab(arena_t *a, bin_t *bin, szind_t ind) {
 }
 
 unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n) {
+  return bin_fill_list_upto(a, ind, head, n, n);
+}
+
+unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, unsigned nmax) {
   const bin_info_t *bi = &bin_info[ind];
   const size_t size = bi->size;
   bin_t *bin = &a->bins[ind];
@@ -103,7 +107,7 @@ unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n) {
   while (got < n && bin->nrchain) {
     rchain_t *c = &bin->rchain[bin->nrchain - 1];
     *tail = c->head;
-    if (c->n <= n - got) {
+    if (c->n <= nmax - got) { /* whole chains while they fit under nmax: no cut walk */
       tail = (void **)c->tail;
       got += c->n;
       bin->remote_count -= c->n;

@@ -1,11 +1,13 @@
 /*
  * tcache.c - per-thread caches: for each class up to tcache_max, a bounded LIFO of free
- * regions (an intrusive list) that the inline fast paths pop and push. Misses fill half
- * a bin in one batch under the bin lock; overflows flush half: a batch that belongs to
+ * regions (an intrusive list) that the inline fast paths pop and push. Misses fill in
+ * one batch under the bin lock (a fill that grows from 32 KiB's worth to half the bin
+ * while the class keeps missing); overflows flush half: a batch that belongs to
  * one other arena goes to that bin's remote list as a chain, anything else back to the
  * bitmaps grouped by owning arena, one lock per batch, never one per object. An
- * incremental GC flushes bins a thread stopped using; a thread's cache is flushed by a
- * pthread key destructor and recycled.
+ * incremental GC flushes bins a thread stopped using, and empties them while all
+ * threads' caches together hold more than tcache_total_max; a thread's cache is flushed
+ * by a pthread key destructor and recycled.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -18,9 +20,12 @@ uintptr_t tcache_key;
 unsigned tcache_nbins;
 uint32_t tbin_max[TCACHE_NBINS_MAX];
 static uint32_t tbin_align_mask[TCACHE_NBINS_MAX];
+static uint16_t tbin_fill_max[TCACHE_NBINS_MAX];  /* half a bin: the largest fill */
+static uint16_t tbin_fill_init[TCACHE_NBINS_MAX]; /* a new thread's first fill */
 mtx_t tcache_list_lock = MTX_INITIALIZER;
 tcache_t *tcache_list;      /* live caches; guarded by tcache_list_lock */
 static tcache_t *tcache_pool; /* caches of exited threads, for reuse */
+size_t tcache_total;
 
 /* Slots per class: twice a slab's regions, clamped to [20, 200] (jemalloc's defaults,
  * which balance refill frequency against memory held per thread); large classes 4. */
@@ -30,6 +35,11 @@ static tcache_t *tcache_pool; /* caches of exited threads, for reuse */
 /* The GC looks at one bin every GC_INTERVAL fills and flushes. */
 #define GC_INTERVAL 32
 #define FLUSH_BUF 256
+/* A thread's first fill of a class brings at most this many bytes (at least one region):
+ * 100 threads that each touch 20 classes of 1-14 KiB once would otherwise take 10
+ * regions of each (wl_nativethreads: peak RSS 3x jemalloc's). Classes up to 320 B
+ * start at the full half-bin fill, which the producer/consumer figure depends on. */
+#define FILL_INIT_BYTES ((size_t)32 << 10)
 
 void tcache_boot(void) {
   if (!opt.tcache || opt.junk != JUNK_NONE || opt.zero) {
@@ -51,6 +61,9 @@ void tcache_boot(void) {
     } else {
       tbin_max[i] = TBIN_LARGE;
     }
+    tbin_fill_max[i] = (uint16_t)(tbin_max[i] / 2 ? tbin_max[i] / 2 : 1);
+    size_t first = FILL_INIT_BYTES / sz_size[i];
+    tbin_fill_init[i] = (uint16_t)(first < 1 ? 1 : first < tbin_fill_max[i] ? first : tbin_fill_max[i]);
     size_t nat = sz_size[i] & -sz_size[i];
     tbin_align_mask[i] = (uint32_t)((nat < os_page ? nat : os_page) - 1);
   }
@@ -62,7 +75,9 @@ static void tcache_reset_bins(tcache_t *tc) {
   for (szind_t i = 1; i < tcache_nbins; i++) {
     tc->bins[i].avail = tbin_max[i];
     tc->bins[i].align_mask = tbin_align_mask[i];
+    tc->fill[i] = tbin_fill_init[i];
   }
+  tc->gc_every = GC_INTERVAL;
 }
 
 tcache_t *tcache_get_slow(tsd_t *tsd) {
@@ -181,15 +196,40 @@ static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
   }
 }
 
+/* Bring bin ind's share of tcache_total up to date (slow paths only: one atomic add). */
+static void tcache_publish(tcache_t *tc, szind_t ind) {
+  uint32_t c = tbin_count(&tc->bins[ind], ind);
+  if (c == tc->published[ind]) return;
+  size_t delta = ((size_t)c - tc->published[ind]) * sz_size[ind]; /* wraps when it shrank */
+  tc->published[ind] = c;
+  tc->bytes += delta;
+  __atomic_fetch_add(&tcache_total, delta, __ATOMIC_RELAXED);
+}
+
+static inline bool tcache_over_cap(void) {
+  return opt.tcache_total_max && __atomic_load_n(&tcache_total, __ATOMIC_RELAXED) > opt.tcache_total_max;
+}
+
 static void tcache_event(tcache_t *tc, szind_t ind) {
   tc->events[ind] = 1;
-  if (++tc->gc_ticks < GC_INTERVAL) return;
+  tcache_publish(tc, ind);
+  if (++tc->gc_ticks < tc->gc_every) return;
   tc->gc_ticks = 0;
+  /* The global cap: published at every fill and flush (one atomic add), looked at on
+   * GC visits only. Over it, every event is a GC visit that empties the bin it visits,
+   * busy or not, so many threads' caches shrink together until they fit. */
+  bool over = tcache_over_cap();
+  tc->gc_every = over ? 1 : GC_INTERVAL;
   if (++tc->gc_bin >= tcache_nbins) tc->gc_bin = 1;
   szind_t g = tc->gc_bin;
   /* A bin with no fill or flush since the last visit was not under pressure: give half
    * of what it holds back, so a class the thread stopped using drains over time. */
-  if (!tc->events[g] && tbin_count(&tc->bins[g], g) > 0) tcache_flush_bin(tc, g, tbin_count(&tc->bins[g], g) / 2);
+  if (g != ind && (over || !tc->events[g])) {
+    if (tbin_count(&tc->bins[g], g) > 0) tcache_flush_bin(tc, g, over ? 0 : tbin_count(&tc->bins[g], g) / 2);
+    if (tc->fill[g] > tbin_fill_init[g])
+      tc->fill[g] = (uint16_t)(over || tc->fill[g] / 2 < tbin_fill_init[g] ? tbin_fill_init[g] : tc->fill[g] / 2);
+  }
+  tcache_publish(tc, g);
   tc->events[g] = 0;
 }
 
@@ -198,11 +238,12 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
   void *p;
   if (ind <= SZ_NSMALL) {
     /* The bin is empty: the filled list (lowest addresses first) becomes it. */
-    unsigned want = tbin_max[ind] / 2 ? tbin_max[ind] / 2 : 1;
-    sassert(b->head == NULL && b->avail == tbin_max[ind]);
+    unsigned want = tc->fill[ind];
+    sassert(b->head == NULL && b->avail == tbin_max[ind] && want >= 1);
     if (unlikely(guard_enabled) && (p = guard_fill_hook(ind, &want)) != NULL) return p;
-    unsigned got = bin_fill_list(tc->arena, ind, &p, want);
+    unsigned got = bin_fill_list_upto(tc->arena, ind, &p, want, tbin_max[ind]);
     if (got == 0) return NULL;
+    if (unlikely(want < tbin_fill_max[ind])) tc->fill[ind] = (uint16_t)(2 * want < tbin_fill_max[ind] ? 2 * want : tbin_fill_max[ind]);
     b->head = *(void **)p;
     b->avail -= got - 1;
   } else {
@@ -217,7 +258,8 @@ void tcache_dalloc_hard(tcache_t *tc, szind_t ind, void *p) {
   /* Small regions were checked by their tag already; large ones have none. */
   if (unlikely(p == b->head)) strata_invalid_free("free", p);
   if (b->avail == 0) {
-    tcache_flush_bin(tc, ind, tbin_max[ind] / 2);
+    /* Over the global cap (gc_every 1) the whole bin goes. */
+    tcache_flush_bin(tc, ind, tc->gc_every == 1 ? 0 : tbin_max[ind] / 2);
     tcache_event(tc, ind);
   }
   *(void **)p = b->head;
@@ -236,7 +278,10 @@ void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated)
 }
 
 void tcache_flush_all(tcache_t *tc) {
-  for (szind_t i = 1; i < tcache_nbins; i++) tcache_flush_bin(tc, i, 0);
+  for (szind_t i = 1; i < tcache_nbins; i++) {
+    tcache_flush_bin(tc, i, 0);
+    tcache_publish(tc, i);
+  }
 }
 
 /* Unlist a flushed cache and keep it for the next thread. */
@@ -367,4 +412,25 @@ int tcache_explicit_flush(unsigned ind, bool destroy) {
     mtx_unlock(&tcache_list_lock);
   }
   return 0;
+}
+
+/* mallctl: read-only size_t values (jemalloc's rules: EPERM on write, EINVAL on a wrong
+ * length). opt.tcache_total_max is the option; stats.tcache_bytes what all caches hold
+ * as last published (at their fills, flushes and GC visits), live, not per epoch. */
+static int ctl_size_ro(size_t v, void *oldp, size_t *oldlenp, void *newp) {
+  if (newp != NULL) return EPERM;
+  if (oldp == NULL || oldlenp == NULL) return 0;
+  if (*oldlenp != sizeof(size_t)) return EINVAL;
+  *(size_t *)oldp = v;
+  return 0;
+}
+
+int tcache_ctl_total_max(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  (void)mib, (void)miblen, (void)newlen;
+  return ctl_size_ro(opt.tcache_total_max, oldp, oldlenp, newp);
+}
+
+int tcache_ctl_bytes(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  (void)mib, (void)miblen, (void)newlen;
+  return ctl_size_ro(__atomic_load_n(&tcache_total, __ATOMIC_RELAXED), oldp, oldlenp, newp);
 }

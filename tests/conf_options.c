@@ -114,7 +114,8 @@ TEST(test_conf_invalid_value_is_reported_and_default_kept)
 {
     unsigned def = default_narenas();
     static const char *cases[][2] = {{"narenas:x", "narenas"}, {"tcache:maybe", "tcache"},
-                                     {"narenas:-3", "narenas"}, {"narenas:", "narenas"}};
+                                     {"narenas:-3", "narenas"}, {"narenas:", "narenas"},
+                                     {"tcache_total_max:lots", "tcache_total_max"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         check_child_t *r = run(CONF_PROBE, NULL, cases[i][0], NULL);
         CHECK_CHILD_EXITED_0(r);
@@ -178,7 +179,7 @@ TEST(test_conf_every_documented_option_is_accepted)
                       "oversize_threshold:16777216,retain:true,junk:false,zero:false,"
                       "abort:false,confirm_conf:false,dirty_decay_ms:10000,muzzy_decay_ms:0,"
                       "background_thread:false,max_background_threads:2,thp:default,"
-                      "metadata_thp:disabled,limit_headroom:0";
+                      "metadata_thp:disabled,limit_headroom:0,tcache_total_max:8M";
     check_child_t *r = run(CONF_PROBE, NULL, all, NULL);
     CHECK_CHILD_EXITED_0(r);
     CHECK(strstr(r->err, "<strata>") == NULL, "MALLOC_CONF=%s:\n%s", all, r->err);

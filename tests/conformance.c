@@ -1080,6 +1080,30 @@ TEST(test_mallctl_mib_lookup_matches_name_lookup)
     CHECK(mallctlnametomib("no.such", mib, &miblen) == ENOENT);
 }
 
+/* The global cap on thread caches (issue 10): its option and what the caches hold, by
+ * name and by MIB; a fill publishes bytes, the thread's flush takes them back out. */
+TEST(test_mallctl_tcache_total_max_and_tcache_bytes)
+{
+    size_t cap = 0, len = sizeof cap;
+    CHECK(mallctl("opt.tcache_total_max", &cap, &len, NULL, 0) == 0);
+    CHECK_EQ(cap, (size_t)16 << 20);
+    CHECK_EQ(mallctl("opt.tcache_total_max", NULL, NULL, &cap, sizeof cap), EPERM);
+    void *p = malloc(3000); /* a fill of a class this thread had not used */
+    size_t held = 0;
+    len = sizeof held;
+    CHECK(mallctl("stats.tcache_bytes", &held, &len, NULL, 0) == 0);
+    CHECK(held > 0, "stats.tcache_bytes %zu after a fill", held);
+    size_t mib[4], miblen = 4, by_mib = 0;
+    CHECK(mallctlnametomib("stats.tcache_bytes", mib, &miblen) == 0 && miblen == 2);
+    CHECK(mallctlbymib(mib, miblen, &by_mib, &len, NULL, 0) == 0);
+    CHECK_EQ(by_mib, held);
+    free(p);
+    CHECK(mallctl("thread.tcache.flush", NULL, NULL, NULL, 0) == 0);
+    size_t after = 0;
+    CHECK(mallctl("stats.tcache_bytes", &after, &len, NULL, 0) == 0);
+    CHECK(after < held, "stats.tcache_bytes %zu after the flush, %zu before", after, held);
+}
+
 static struct {
     char text[1 << 16];
     size_t len, total;

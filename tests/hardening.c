@@ -658,12 +658,13 @@ TEST(test_thread_storms_keep_caches_bounded_and_return_memory)
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 64 * KiB);
-    /* Per thread, the current code keeps at most 200 regions per class (tcache.c's
-     * TBIN_SMALL_MAX); the classes used here are 16..352 bytes, and the 512-byte one. */
-    size_t per_thread = 0;
-    for (int i = 0; i < 8; i++)
-        per_thread += 200 * malloc_usable_size(malloc(16 + (size_t)i * 48)); /* leaks 8 blocks */
-    per_thread += 200 * 512;
+    /* What caches hold: what the global cap (opt.tcache_total_max) lets accumulate, plus
+     * each live thread's first fills, which start at 32 KiB per class (they double only
+     * on later misses) and which a thread that then waits keeps until it exits: 9
+     * classes here. The 4096 handoff slots hold 512-byte blocks the program owns. */
+    size_t cap = 0, cap_len = sizeof cap;
+    CHECK(mallctl("opt.tcache_total_max", &cap, &cap_len, NULL, 0) == 0 && cap > 0);
+    const size_t bound = cap + wave * 9 * 32 * KiB + 4096 * 512;
     malloc_trim(0); /* the main thread's cache counts as allocated: empty it first */
     size_t base_alloc = stat_read("stats.allocated");
     size_t rss0 = 0, worst = 0;
@@ -676,9 +677,8 @@ TEST(test_thread_storms_keep_caches_bounded_and_return_memory)
         size_t held = stat_read("stats.allocated") - base_alloc;
         if (held > worst)
             worst = held;
-        CHECK(held <= wave * per_thread + 4096 * 512,
-              "wave %ld: %zu KiB held with %zu threads alive (bound %zu KiB)", w, held / KiB, wave,
-              (wave * per_thread + 4096 * 512) / KiB);
+        CHECK(held <= bound, "wave %ld: %zu KiB held with %zu threads alive (bound %zu KiB)", w,
+              held / KiB, wave, bound / KiB);
         pthread_barrier_wait(&storm_barrier);
         for (size_t i = 0; i < wave; i++)
             pthread_join(t[i], NULL);

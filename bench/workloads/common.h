@@ -193,6 +193,24 @@ static inline void wl_check(const void *p, size_t size, uint64_t tag, const char
   if ((got = wl_load64(c + size - 8)) != wl_stamp_val(key, size - 8))
     wl_stamp_fail(p, size, size - 8, wl_stamp_val(key, size - 8), got, what);
 }
+/*
+ * Self-describing blocks (>= 16 bytes) for workloads that pass blocks between threads:
+ * the size and tag in the first two words, the rest stamped as above. wl_hdr_check
+ * verifies a block knowing only its address and returns its size.
+ */
+static inline void wl_hdr_stamp(void *p, size_t size, uint64_t tag) {
+  unsigned char *c = p;
+  wl_store64(c, (uint64_t)size);
+  wl_store64(c + 8, tag);
+  if (size > 16) wl_stamp(c + 16, size - 16, tag);
+}
+static inline size_t wl_hdr_check(const void *p, size_t max_size, const char *what) {
+  const unsigned char *c = p;
+  uint64_t size = wl_load64(c), tag = wl_load64(c + 8);
+  if (size < 16 || size > max_size) wl_stamp_fail(p, 16, 0, 16, size, what);
+  if (size > 16) wl_check(c + 16, size - 16, tag, what);
+  return (size_t)size;
+}
 /* One word per 4 KiB of [from, to), values from (key, offset): they survive realloc. */
 void wl_stamp_range(void *p, size_t from, size_t to, uint64_t key);
 void wl_check_range(const void *p, size_t from, size_t to, uint64_t key, const char *what);

@@ -126,6 +126,36 @@ static void test_pairing_heap_orders_by_address(void) {
   CHECK_EQ(n, 63);
 }
 
+/* The oversize arena grows the most recently freed block with mremap when none is big
+ * enough: the mapping grows by the difference only, the old pages (and their contents)
+ * come along, and calloc still gets zeros. Fails on the old design, which mapped the
+ * whole new block (mapped grew by 12 MiB). */
+static void test_huge_reuse_grows_freed_block(void) {
+  arena_t *h = arena_get(narenas);
+  size_t mib = (size_t)1 << 20;
+  char *p = strata_malloc(10 * mib);
+  CHECK(p != NULL && entry_edata((uintptr_t)p)->arena_ind == narenas);
+  memset(p, 0x5c, 10 * mib);
+  strata_free(p);
+  mtx_lock(&h->elock);
+  size_t mapped0 = h->mapped;
+  mtx_unlock(&h->elock);
+  char *q = strata_malloc(12 * mib);
+  CHECK(q != NULL);
+  mtx_lock(&h->elock);
+  size_t grown = h->mapped - mapped0;
+  mtx_unlock(&h->elock);
+  CHECK_EQ(grown, 2 * mib);
+  CHECK(q[0] == 0x5c && q[10 * mib - 1] == 0x5c); /* the freed block's pages, moved */
+  strata_free(q);
+  char *z = strata_calloc(1, 14 * mib);
+  CHECK(z != NULL);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < 14 * mib; i += 4096) nonzero += z[i] != 0;
+  CHECK_EQ(nonzero, 0);
+  strata_free(z);
+}
+
 int main(void) {
   if (strata_init()) return 1;
   /* An arena no thread is bound to: this thread's own allocations (stdio) stay out of it. */
@@ -138,5 +168,6 @@ int main(void) {
   RUN(test_grow_and_shrink_in_place);
   RUN(test_purge_moves_dirty_to_retained);
   RUN(test_pairing_heap_orders_by_address);
+  RUN(test_huge_reuse_grows_freed_block);
   UNIT_EXIT();
 }

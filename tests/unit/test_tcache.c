@@ -111,6 +111,76 @@ static void test_thread_counters_are_exact(void) {
   CHECK_EQ(d1 - d0, 112 + 20480);
 }
 
+/* Global cap (tcache_total_max): 16 threads fill their caches with five classes of
+ * 1..12 KiB, then keep working with one class for about a hundred fills and flushes
+ * and wait while the main thread adds up what every cache holds. Without a cap the GC
+ * has visited a few bins by then and the caches hold about 16 x 5 bins. With one, each
+ * thread learns it is over at a GC visit and from then on empties a bin at every fill
+ * or flush (and an overflowing bin entirely): what stays is the cap plus about one bin
+ * of the class still in use per thread (two allowed, for the lag of the GC visits). */
+#define CAP_THREADS 16
+static const size_t cap_sizes[] = {1024, 2048, 4096, 8192, 12288};
+static pthread_barrier_t cap_full, cap_done;
+
+static void *cap_body(void *arg) {
+  (void)arg;
+  void *p[40];
+  for (int round = 0; round < 20; round++) {
+    for (unsigned c = 0; c < sizeof cap_sizes / sizeof cap_sizes[0]; c++) {
+      for (int i = 0; i < 40; i++) p[i] = strata_malloc(cap_sizes[c]);
+      for (int i = 0; i < 40; i++) strata_free(p[i]);
+    }
+  }
+  for (int round = 0; round < 20; round++) {
+    for (int i = 0; i < 40; i++) p[i] = strata_malloc(cap_sizes[0]);
+    for (int i = 0; i < 40; i++) strata_free(p[i]);
+  }
+  pthread_barrier_wait(&cap_full);
+  pthread_barrier_wait(&cap_done);
+  return NULL;
+}
+
+static size_t cached_bytes_of_all_threads(void) {
+  size_t total = 0;
+  mtx_lock(&tcache_list_lock);
+  for (tcache_t *tc = tcache_list; tc; tc = tc->next) {
+    for (szind_t i = 1; i < tcache_nbins; i++) total += (size_t)tbin_count(&tc->bins[i], i) * sz_size[i];
+  }
+  mtx_unlock(&tcache_list_lock);
+  return total;
+}
+
+static size_t cap_run(size_t cap) {
+  opt.tcache_total_max = cap;
+  pthread_t t[CAP_THREADS];
+  pthread_barrier_init(&cap_full, NULL, CAP_THREADS + 1);
+  pthread_barrier_init(&cap_done, NULL, CAP_THREADS + 1);
+  for (int i = 0; i < CAP_THREADS; i++) pthread_create(&t[i], NULL, cap_body, NULL);
+  pthread_barrier_wait(&cap_full);
+  size_t held = cached_bytes_of_all_threads();
+  pthread_barrier_wait(&cap_done);
+  for (int i = 0; i < CAP_THREADS; i++) pthread_join(t[i], NULL);
+  pthread_barrier_destroy(&cap_full);
+  pthread_barrier_destroy(&cap_done);
+  return held;
+}
+
+static void test_global_cap_bounds_cached_bytes(void) {
+  size_t saved = opt.tcache_total_max, cap = (size_t)256 << 10;
+  size_t uncapped = cap_run(0);
+  size_t capped = cap_run(cap);
+  printf("     cached by %d threads: %zu KiB without a cap, %zu KiB with %zu KiB\n", CAP_THREADS,
+         uncapped >> 10, capped >> 10, cap >> 10);
+  szind_t one = sz_size2index(cap_sizes[0]);
+  size_t bound = cap + 2 * CAP_THREADS * (size_t)tbin_max[one] * sz_size[one];
+  CHECK(uncapped > bound); /* the threads did fill their caches: the test can tell */
+  CHECK(capped <= bound);
+  /* Exited threads took their share out: what is published is the main thread's. */
+  CHECK_EQ(__atomic_load_n(&tcache_total, __ATOMIC_RELAXED),
+           strata_tsd.state == TSD_ACTIVE ? strata_tsd.tcache->bytes : 0);
+  opt.tcache_total_max = saved;
+}
+
 int main(void) {
   if (strata_init()) return 1;
   printf("unit: tcache\n");
@@ -120,5 +190,6 @@ int main(void) {
   RUN(test_thread_exit_flushes_cache);
   RUN(test_thread_counters_are_exact);
   RUN(test_first_free_of_a_thread_is_not_cached);
+  RUN(test_global_cap_bounds_cached_bytes);
   UNIT_EXIT();
 }

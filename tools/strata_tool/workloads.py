@@ -1,4 +1,4 @@
-"""The benchmark suite: the eight workload binaries of bench/workloads (built to
+"""The benchmark suite: the fifteen workload binaries of bench/workloads (built to
 <build>/bench/wl_<name>) plus Redis, with the rounds each gets per mode and a prior
 run-time estimate that seeds the progress line's time-left figure until real
 durations are measured.
@@ -30,6 +30,7 @@ class Workload:
 # 15 s, so it runs once by default; Redis (about 4 s per allocator) twice. The default
 # mode's time budget (bench.DEFAULT_BUDGET) may cut later rounds to stay near 3 minutes.
 _STD_ROUNDS = {"tiny": 1, "default": 3, "full": 5}
+_NEW_ROUNDS = {"tiny": 1, "default": 1, "full": 5}
 
 
 def _est(tiny: float, default: float, full: float | None = None) -> dict:
@@ -72,6 +73,36 @@ SUITE: tuple[Workload, ...] = (
              "every 50 ms",
              {"tiny": 1, "default": 1, "full": 3}, _est(1.1, 16.4, 16.4),
              timed=False, series=True),
+    # Issue 10's patterns, where a peer once led: small default presets (about 0.2-1 s
+    # per run) and one round in the default mode, so the default run stays near its
+    # length; --full runs full sizes and 5 rounds, --rounds N any number.
+    Workload("wl_bulk", "binary",
+             "bulk: a thread allocates 2K..200K small blocks then frees them all; and "
+             "a ring of threads freeing every other block of each other's batches",
+             _NEW_ROUNDS, _est(0.3, 0.6)),
+    Workload("wl_threadwave", "binary",
+             "waves of 8 short-lived threads that allocate, hand blocks over through a "
+             "shared array, and exit",
+             _NEW_ROUNDS, _est(0.15, 0.5)),
+    Workload("wl_hugeblocks", "binary",
+             "blocks of 5..25 MiB allocated, written and freed in a loop, 4 alive",
+             _NEW_ROUNDS, _est(0.15, 0.5)),
+    Workload("wl_nativethreads", "binary",
+             "100 threads churning JVM-native-like blocks (Unsafe, direct buffers, zlib "
+             "streams); peak RSS of many thread caches",
+             _NEW_ROUNDS, _est(0.1, 0.2)),
+    Workload("wl_xthread", "binary",
+             "16 threads, random sizes 16 B..16 KiB passed between threads through a "
+             "shared array: almost every free is remote",
+             _NEW_ROUNDS, _est(0.15, 0.4)),
+    Workload("wl_larson", "binary",
+             "Larson: threads replace random blocks (16..1000 B) of an array, and a new "
+             "thread inherits the array each generation",
+             _NEW_ROUNDS, _est(0.1, 0.3)),
+    Workload("wl_halffree", "binary",
+             "half-free: a buffer of 20K blocks, every other one freed and replaced by "
+             "the next size class, round after round",
+             _NEW_ROUNDS, _est(0.2, 0.6)),
     Workload("redis", "redis",
              "Debian's redis-server under redis-benchmark (SET/GET/LPUSH/LPOP, 16 B and "
              "1 KiB values), then INFO memory and FLUSHALL",
