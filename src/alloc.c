@@ -50,7 +50,8 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
       tbin_t *b = &tc->bins[ind];
       p = b->head;
       if (p) {
-        b->head = *(void **)p;
+        if (unlikely(!link_plausible(p))) strata_heap_corruption(p, ind);
+        b->head = LINK_DEC(p);
         b->avail++;
       } else {
         p = tcache_alloc_hard(tc, ind);
@@ -145,7 +146,7 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
       tsd->reentrant = 1;
       if (ind <= SZ_NSMALL) TAG_WORD(p) = TAG_OF(p);
       if (likely(b->avail != 0)) {
-        *(void **)p = b->head;
+        LINK_SET(p, b->head);
         b->head = p;
         b->avail--;
       } else {
@@ -193,8 +194,9 @@ EXPORT void *strata_malloc(size_t size) {
     size_t ind = sz_lookup_read(size);
     tbin_t *b = &strata_tsd.tcache->bins[ind];
     void *p = b->head;
-    if (likely(p != NULL)) {
-      b->head = *(void **)p;
+    /* Not NULL and canonical: a corrupted link decodes to noise, which fails this. */
+    if (likely((((uintptr_t)p - 1) >> 47) == 0)) {
+      b->head = LINK_DEC(p);
       TAG_WORD(p) = 0; /* allocated: untagged */
       b->avail++;
       b->nmalloc++;
@@ -223,7 +225,7 @@ static inline bool free_fast(void *p, size_t ind) {
   uintptr_t tag = TAG_OF(p);
   if (likely(b->avail != 0 && ((uintptr_t)p & b->align_mask) == 0 && TAG_WORD(p) != tag)) {
     TAG_WORD(p) = tag;
-    *(void **)p = b->head;
+    *(uintptr_t *)p = (uintptr_t)b->head ^ tag; /* LINK_SET(p, b->head): the tag is the mask */
     b->head = p;
     b->avail--;
     b->ndalloc++;
@@ -473,7 +475,7 @@ static void *ialloc_tc(tsd_t *tsd, szind_t ind, bool zero, tcache_t *tc) {
   tbin_t *b = &tc->bins[ind];
   void *p = b->head;
   if (p) {
-    b->head = *(void **)p;
+    b->head = link_next(p, ind);
     b->avail++;
   } else {
     p = tcache_alloc_hard(tc, ind);
@@ -502,7 +504,7 @@ static void idalloc_tc(tsd_t *tsd, void *p, tcache_t *tc) {
   tsd->reentrant = 1;
   if (ind <= SZ_NSMALL) TAG_WORD(p) = TAG_OF(p);
   if (likely(b->avail != 0)) {
-    *(void **)p = b->head;
+    LINK_SET(p, b->head);
     b->head = p;
     b->avail--;
   } else {
@@ -527,7 +529,7 @@ static void *mallocx_impl(tsd_t *tsd, size_t size, int flags) {
     void *p;
     if (likely(r != NULL && r->arena == ar && r->gen == __atomic_load_n(&ar->gen, __ATOMIC_ACQUIRE) &&
                (p = r->head[ind]) != NULL)) {
-      r->head[ind] = *(void **)p;
+      r->head[ind] = link_next(p, ind);
     } else {
       tsd->reentrant = 1;
       p = ureserve_refill(tsd, ar, ind);
@@ -573,7 +575,7 @@ EXPORT void *strata_mallocx(size_t size, int flags) {
     /* (junk and zero never fill a reserve: see ureserve_refill) */
     if (likely(p != NULL && r->gen == __atomic_load_n(&r->arena->gen, __ATOMIC_ACQUIRE) &&
                !strata_tsd.in_hook && !strata_tsd.reentrant)) {
-      r->head[ind] = *(void **)p;
+      r->head[ind] = link_next(p, ind);
       TAG_WORD(p) = 0;
       strata_tsd.allocated += sz_size[ind];
       return p;

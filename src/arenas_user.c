@@ -354,7 +354,7 @@ void *ureserve_refill(tsd_t *tsd, arena_t *a, szind_t ind) {
   r->batch[ind] = (uint8_t)(n * 2 < UR_BATCH ? n * 2 : UR_BATCH);
   void *head;
   if (bin_fill_list(a, ind, &head, n) == 0) return NULL;
-  r->head[ind] = *(void **)head;
+  r->head[ind] = link_next(head, ind);
   return head;
 }
 

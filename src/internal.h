@@ -39,6 +39,9 @@ HIDDEN NORETURN void strata_fatal(const char *what);
 /* A sized free whose size (and alignment) names another class than the block's. */
 HIDDEN NORETURN void strata_size_mismatch(const char *func, const void *p, size_t size, size_t align,
                                           size_t usize);
+/* A free-list link that decodes to no possible region: "heap corruption detected at
+ * <slot> (free list of class N)", then abort. */
+HIDDEN NORETURN void strata_heap_corruption(const void *at, unsigned ind);
 HIDDEN NORETURN void strata_assert_fail(const char *cond, const char *file, int line);
 
 /* ------------------------------------------------------------------ os.c */
@@ -432,6 +435,28 @@ HIDDEN extern uintptr_t tcache_key;
 #define TAG_WORD(p) (((uintptr_t *)(p))[1])
 #define TAG_OF(p) (tcache_key ^ (uintptr_t)(p))
 HIDDEN extern unsigned tcache_nbins; /* classes cached: 1..tcache_nbins-1 */
+/*
+ * Free-list links (issue 11). Every in-band link (thread caches, fill lists, remote
+ * chains) is stored as next ^ tcache_key ^ slot, the slot being the free region that
+ * holds it (glibc's safe-linking, with a 64-bit secret instead of ASLR's bits), so an
+ * overflow that writes an address over a freed neighbour's link decodes to noise. A
+ * decoded link is followed only when it is NULL or a canonical user address (below
+ * 2^47): noise passes with probability 2^-17, and the slow paths also check that it is
+ * a region of the same class. The free fast path pays one xor (its tag is the mask),
+ * malloc two xors and a range test in place of its NULL test.
+ */
+#define LINK_SET(slot, next) (*(uintptr_t *)(slot) = (uintptr_t)(next) ^ TAG_OF(slot))
+#define LINK_DEC(slot) ((void *)(*(const uintptr_t *)(slot) ^ TAG_OF(slot)))
+/* NULL or canonical user space (the malloc fast path also rules out NULL in one test). */
+static inline bool link_plausible(const void *p) { return ((uintptr_t)p >> 47) == 0; }
+/* The link held by slot (a free region of class ind), checked before anyone follows it;
+ * key is tcache_key, passed in so that loops keep it in a register. */
+static inline void *link_next_k(const void *slot, uintptr_t key, unsigned ind) {
+  void *n = (void *)(*(const uintptr_t *)slot ^ key ^ (uintptr_t)slot);
+  if (unlikely(!link_plausible(n))) strata_heap_corruption(slot, ind);
+  return n;
+}
+static inline void *link_next(const void *slot, unsigned ind) { return link_next_k(slot, tcache_key, ind); }
 HIDDEN void tcache_boot(void);
 HIDDEN tcache_t *tcache_get_slow(tsd_t *tsd); /* creates the thread's cache; NULL if none */
 HIDDEN void *tcache_alloc_hard(tcache_t *tc, szind_t ind);

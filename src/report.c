@@ -75,6 +75,14 @@ void strata_size_mismatch(const char *func, const void *p, size_t size, size_t a
   abort();
 }
 
+void strata_heap_corruption(const void *at, unsigned ind) {
+  char hex[24], num[24];
+  const char *parts[] = {"<strata>: heap corruption detected at ", fmt_hex(hex, (uintptr_t)at), " (free list of class ",
+                         fmt_u64(num, ind), ")\n"};
+  msg_parts(parts, 5);
+  abort();
+}
+
 void strata_fatal(const char *what) {
   const char *parts[] = {"<strata>: fatal: ", what, "\n"};
   msg_parts(parts, 3);

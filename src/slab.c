@@ -99,24 +99,30 @@ unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, un
   const bin_info_t *bi = &bin_info[ind];
   const size_t size = bi->size;
   bin_t *bin = &a->bins[ind];
-  void **tail = head;
+  /* The word the next region's link goes to, and its mask: *head first (a plain
+   * pointer, mask 0), then each region's link (mask tcache_key ^ region). */
+  const uintptr_t key = tcache_key;
+  uintptr_t *link = (uintptr_t *)head, mask = 0;
   unsigned got = 0;
+#define FILL_APPEND(r) (*link = (uintptr_t)(r) ^ mask, link = (uintptr_t *)(r), mask = key ^ (uintptr_t)(r))
   mtx_lock(&bin->lock);
   /* Regions other arenas' threads handed back (already counted as handed out): whole
    * chains in O(1), the last one cut if it is longer than what is still wanted. */
   while (got < n && bin->nrchain) {
     rchain_t *c = &bin->rchain[bin->nrchain - 1];
-    *tail = c->head;
+    FILL_APPEND(c->head);
     if (c->n <= nmax - got) { /* whole chains while they fit under nmax: no cut walk */
-      tail = (void **)c->tail;
+      link = (uintptr_t *)c->tail;
+      mask = key ^ (uintptr_t)c->tail;
       got += c->n;
       bin->remote_count -= c->n;
       bin->nrchain--;
     } else {
       void *r = c->head;
-      for (unsigned i = 1; i < n - got; i++) r = *(void **)r;
-      tail = (void **)r;
-      c->head = *(void **)r;
+      for (unsigned i = 1; i < n - got; i++) r = link_next_k(r, key, ind);
+      link = (uintptr_t *)r;
+      mask = key ^ (uintptr_t)r;
+      c->head = link_next_k(r, key, ind);
       c->n -= n - got;
       bin->remote_count -= n - got;
       got = n;
@@ -145,14 +151,14 @@ unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, un
       do {
         void *r = (void *)(wbase + (size_t)__builtin_ctzll(word) * size);
         word &= word - 1;
-        *tail = r;
-        tail = (void **)r;
+        FILL_APPEND(r);
       } while (--take && word);
       bm[w] = word;
     }
     s->bm_hint = (uint16_t)w;
   }
-  *tail = NULL;
+  FILL_APPEND(NULL);
+#undef FILL_APPEND
   bin->curregs += got - from_remote; /* remote regions were never taken off */
   bin->nmalloc += got;
   bin->nfills++;
@@ -167,7 +173,7 @@ unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n) {
   unsigned got = bin_fill_list(a, ind, &head, n);
   for (unsigned i = 0; i < got; i++) {
     out[i] = head;
-    head = *(void **)head;
+    head = LINK_DEC(head); /* NULL after the last: unused */
   }
   return got;
 }
@@ -198,6 +204,7 @@ static void slab_note_free(arena_t *a, bin_t *bin, const bin_info_t *bi, edata_t
 static void bin_dalloc_runs_locked(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns) {
   const bin_info_t *bi = &bin_info[ind];
   const uint64_t magic = bi->div_magic, size = bi->size, nregs = bi->nregs;
+  const uintptr_t key = tcache_key;
   bin_t *bin = &a->bins[ind];
   size_t n = 0;
   for (unsigned r = 0; r < nruns; r++) {
@@ -208,7 +215,7 @@ static void bin_dalloc_runs_locked(arena_t *a, szind_t ind, slab_run_t *runs, un
     uint64_t *bm = s->bitmap;
     void *p = runs[r].head;
     for (uint32_t k = runs[r].len; k > 0; k--) {
-      void *next = *(void **)p;
+      void *next = k > 1 ? link_next_k(p, key, ind) : NULL; /* a batch's last link may be unset */
       uint64_t diff = (uintptr_t)p - base;
       uint64_t regind = (diff * magic) >> 32;
       uint64_t bit = (uint64_t)1 << (regind % 64);
@@ -239,7 +246,7 @@ void bin_dalloc_runs(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns) 
 }
 
 /* Cut the chain at head (n regions) into runs of the same slab; returns the count. */
-static unsigned chain_runs(void *head, uint32_t n, slab_run_t *runs) {
+static unsigned chain_runs(void *head, uint32_t n, szind_t ind, slab_run_t *runs) {
   unsigned nruns = 0;
   for (void *p = head; n > 0; n--) {
     edata_t *s = rt_edata(rtree_read((uintptr_t)p));
@@ -248,7 +255,7 @@ static unsigned chain_runs(void *head, uint32_t n, slab_run_t *runs) {
     } else {
       runs[nruns++] = (slab_run_t){s, p, 1};
     }
-    p = *(void **)p;
+    if (n > 1) p = link_next(p, ind);
   }
   return nruns;
 }
@@ -266,8 +273,8 @@ static void bin_drain_remote(arena_t *a, szind_t ind, uint32_t keep) {
     while (left) {
       slab_run_t runs[256];
       uint32_t take = left < 256 ? left : 256;
-      unsigned nruns = chain_runs(r, take, runs);
-      for (uint32_t i = 0; i < take; i++) r = *(void **)r; /* before the bitmap takes them */
+      unsigned nruns = chain_runs(r, take, ind, runs);
+      for (uint32_t i = 0; i < take; i++) r = i + 1 < left ? link_next(r, ind) : NULL; /* before the bitmap */
       bin_dalloc_runs_locked(a, ind, runs, nruns);
       left -= take;
     }
@@ -293,7 +300,7 @@ void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n
     bin->nrchain++;
   } else { /* all slots used: prepend to the newest chain */
     rchain_t *c = &bin->rchain[bin->nrchain - 1];
-    *(void **)tail = c->head;
+    LINK_SET(tail, c->head);
     c->head = head;
     c->n += n;
   }
@@ -305,11 +312,11 @@ void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n
 
 void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, unsigned n) {
   /* Link the regions into a chain (they are being freed) and cut it into runs. */
-  for (unsigned i = 0; i + 1 < n; i++) *(void **)ptrs[i] = ptrs[i + 1];
+  for (unsigned i = 0; i + 1 < n; i++) LINK_SET(ptrs[i], ptrs[i + 1]);
   while (n > 0) {
     slab_run_t runs[256];
     unsigned take = n < 256 ? n : 256;
-    unsigned nruns = chain_runs(ptrs[0], take, runs);
+    unsigned nruns = chain_runs(ptrs[0], take, ind, runs);
     bin_dalloc_runs(a, ind, runs, nruns);
     n -= take;
     ptrs += take;
@@ -339,10 +346,10 @@ void bin_return_chain(arena_t *a, szind_t ind, void *head, uint64_t gen) {
     while (head) {
       uint32_t n = 0;
       void *tail = head;
-      while (n < 255 && *(void **)tail) tail = *(void **)tail, n++;
-      void *next = *(void **)tail;
+      while (n < 255 && LINK_DEC(tail)) tail = link_next(tail, ind), n++;
+      void *next = link_next(tail, ind);
       slab_run_t runs[256];
-      unsigned nruns = chain_runs(head, n + 1, runs);
+      unsigned nruns = chain_runs(head, n + 1, ind, runs);
       bin_dalloc_runs_locked(a, ind, runs, nruns);
       head = next;
     }

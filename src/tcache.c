@@ -122,6 +122,7 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
                                                                       const bool check_start) {
   const bin_info_t *bi = &bin_info[ind];
   const uint64_t magic = bi->div_magic, size = bi->size, used = (uint64_t)bi->nregs * bi->size;
+  const uintptr_t key = tcache_key;
   flush_scan_t sc = {p, 0, (unsigned)-1, true};
   uintptr_t lo = 0;
   uint32_t len = 0;
@@ -143,7 +144,7 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
     if (check_start && unlikely(((diff * magic) >> 32) * size != diff)) strata_invalid_free("free", p);
     len++;
     sc.last = p;
-    p = *(void **)p;
+    p = (void *)(*(const uintptr_t *)p ^ key ^ (uintptr_t)p); /* validated by the rtree test above on the next turn */
   }
   runs[sc.nruns - 1].len = len;
   return sc;
@@ -161,6 +162,7 @@ static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
     /* The first n regions of the list go: no walk to a cut point (the kept ones are the
      * older half; overflows happen in free-heavy phases, where that costs nothing). */
     void *p = b->head;
+    if (unlikely(!link_plausible(p))) strata_heap_corruption(p, ind); /* a fast path decoded it */
     b->avail += n;
     if (ind > SZ_NSMALL) {
       edata_t *eds[FLUSH_BUF];
@@ -171,7 +173,7 @@ static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
                      ed->addr != (uintptr_t)p))
           strata_invalid_free("free", p);
         eds[i] = ed;
-        p = *(void **)p;
+        p = link_next(p, ind);
       }
       b->head = p;
       for (uint32_t i = 0; i < n; i++) arena_large_dalloc(eds[i]);
@@ -181,8 +183,8 @@ static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
     unsigned own = tc->arena ? tc->arena->ind : (unsigned)-1;
     flush_scan_t sc = bin_info[ind].pow2 ? flush_scan(p, n, ind, runs, own, false)
                                          : flush_scan(p, n, ind, runs, own, true);
-    b->head = *(void **)sc.last;
-    *(void **)sc.last = NULL;
+    b->head = link_next(sc.last, ind);
+    LINK_SET(sc.last, NULL);
     if (sc.one_remote) {
       /* Cross-thread frees: the chain goes to the owner bin as it is, one lock and no
        * bitmap work per batch (double frees were caught by the tag at free()). */
@@ -244,7 +246,7 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
     unsigned got = bin_fill_list_upto(tc->arena, ind, &p, want, tbin_max[ind]);
     if (got == 0) return NULL;
     if (unlikely(want < tbin_fill_max[ind])) tc->fill[ind] = (uint16_t)(2 * want < tbin_fill_max[ind] ? 2 * want : tbin_fill_max[ind]);
-    b->head = *(void **)p;
+    b->head = link_next(p, ind);
     b->avail -= got - 1;
   } else {
     p = arena_large_alloc(tc->arena, sz_size[ind], 0, false);
@@ -262,7 +264,7 @@ void tcache_dalloc_hard(tcache_t *tc, szind_t ind, void *p) {
     tcache_flush_bin(tc, ind, tc->gc_every == 1 ? 0 : tbin_max[ind] / 2);
     tcache_event(tc, ind);
   }
-  *(void **)p = b->head;
+  LINK_SET(p, b->head);
   b->head = p;
   b->avail--;
 }

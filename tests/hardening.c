@@ -86,6 +86,111 @@ static void sized_free_wrong(void *arg)
     _exit(0); /* not reported: the test fails */
 }
 
+/* ---------------------------------------------------------------- encoded free-list links */
+/* The classic attack on in-band free lists: overwrite the link of a freed block (an
+ * overflow from its neighbour, or a write through a dangling pointer) with an address,
+ * then malloc until the list hands that address out. */
+static char link_target[4096] __attribute__((aligned(4096)));
+
+static void *link_opaque(void *p)
+{
+    __asm__ volatile("" : "+r"(p));
+    return p;
+}
+
+static void link_result(void *x)
+{
+    char *t = link_target;
+    if ((char *)x >= t && (char *)x < t + sizeof link_target) {
+        printf("RESULT: exploited\n");
+        fflush(stdout);
+        _exit(0);
+    }
+}
+
+/* A freed block in the thread's own cache (size from arg). */
+static void link_attack_local(void *arg)
+{
+    size_t size = *(const size_t *)arg;
+    void *keep[8];
+    for (int i = 0; i < 8; i++)
+        keep[i] = malloc(size);
+    char *a = malloc(size), *b = malloc(size);
+    free(b);
+    printf("addr=%p\n", (void *)b);
+    fflush(stdout);
+    *(void **)link_opaque(b) = link_target + 64;
+    for (int i = 0; i < 4; i++)
+        link_result(malloc(size));
+    (void)a, (void)keep;
+    printf("RESULT: ignored\n");
+    fflush(stdout);
+    _exit(0);
+}
+
+static void *link_remote_freer(void *arg)
+{
+    void **blocks = arg;
+    for (int i = 0; i < 64; i++)
+        free(blocks[i]);
+    mallctl("thread.tcache.flush", NULL, NULL, NULL, 0); /* hand them back as a chain */
+    return NULL;
+}
+
+/* Blocks freed by another thread and handed back to their arena as a remote chain; the
+ * link of one of them is then forged before the owner's next fill takes the chain. */
+static void link_attack_remote(void *arg)
+{
+    (void)arg;
+    void *blocks[64];
+    for (int i = 0; i < 64; i++)
+        blocks[i] = malloc(64);
+    mallctl("thread.tcache.flush", NULL, NULL, NULL, 0); /* the next malloc(64) fills */
+    pthread_t t;
+    if (pthread_create(&t, NULL, link_remote_freer, blocks) != 0 || pthread_join(t, NULL) != 0)
+        _exit(3);
+    char *victim = blocks[10];
+    printf("addr=%p\n", (void *)victim);
+    fflush(stdout);
+    *(void **)link_opaque(victim) = link_target + 64;
+    for (int i = 0; i < 256; i++)
+        link_result(malloc(64));
+    printf("RESULT: ignored\n");
+    fflush(stdout);
+    _exit(0);
+}
+
+static void check_link_attack(void (*fn)(void *), void *arg, const char *what)
+{
+    static check_child_t r;
+    CHECK(check_child(fn, arg, 20, &r) == 0);
+    CHECK(strstr(r.out, "RESULT: exploited") == NULL, "%s: malloc returned the attacker's address", what);
+    /* The report names the link as it decoded (the malloc fast path moves a block's link
+     * into the cache head and the next malloc checks it), and the size class. */
+    (void)read_addr(r.out, "addr"); /* the child got as far as the forgery */
+    const char *m = strstr(r.err, "<strata>: heap corruption detected at 0x");
+    CHECK(m != NULL && strstr(m, " (free list of class ") != NULL, "%s: no report; %s; stdout:\n%s\nstderr:\n%s",
+          what, check_status_str(r.status), r.out, r.err);
+    CHECK(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGABRT, "%s: %s", what, check_status_str(r.status));
+}
+
+TEST(test_forged_link_in_a_freed_small_block_is_detected_before_use)
+{
+    static const size_t size = 64;
+    check_link_attack(link_attack_local, (void *)&size, "64-byte block");
+}
+
+TEST(test_forged_link_in_a_freed_medium_block_is_detected_before_use)
+{
+    static const size_t size = 2048;
+    check_link_attack(link_attack_local, (void *)&size, "2 KiB block");
+}
+
+TEST(test_forged_link_in_a_remote_chain_is_detected_before_use)
+{
+    check_link_attack(link_attack_remote, NULL, "remote chain");
+}
+
 TEST(test_sized_free_with_a_wrong_size_aborts_with_the_address)
 {
     static const char *const names[] = {"free_sized", "free_aligned_sized", "sdallocx", "sdallocx",
