@@ -55,6 +55,7 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
   }
   {
     arena_t *a = explicit ? explicit : tsd_arena(tsd, usize);
+    if (unlikely(prof_on)) prof_take(usize);
     if (a == NULL) {
       p = NULL;
     } else if (ind <= SZ_NSMALL) {
@@ -70,6 +71,7 @@ done:
     tsd->allocated += usize;
     alloc_fill(p, usize, zero || opt.zero);
   }
+  if (unlikely(prof_on)) prof_after(tsd, p, usize);
   return p;
 }
 
@@ -83,12 +85,14 @@ static void *ialloc_aligned(tsd_t *tsd, size_t size, size_t align, bool zero, bo
   arena_t *a = explicit ? explicit : tsd_arena(tsd, usize);
   if (a == NULL) return NULL;
   tsd->reentrant = 1;
+  if (unlikely(prof_on)) prof_take(usize);
   void *p = arena_large_alloc(a, usize, align, zero || opt.zero);
   tsd->reentrant = 0;
   if (p) {
     tsd->allocated += usize;
     alloc_fill(p, usize, zero || opt.zero);
   }
+  if (unlikely(prof_on)) prof_after(tsd, p, usize);
   return p;
 }
 
@@ -119,9 +123,14 @@ static inline edata_t *lookup_owned(const void *p, szind_t *ind, const char *fun
 static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
   size_t usize = sz_size[ind];
   if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("free", p);
+  /* A sampled block leaves the live set first; re-entered from a signal handler, the
+   * block is kept (leaked) so that the set never names freed memory. */
+  if (unlikely(prof_on) && unlikely(prof_is_sampled(ed)) && prof_free_sampled(tsd, p, ed)) return;
   if (unlikely(opt.junk & JUNK_FREE)) memset(p, 0x5a, usize);
   tsd->deallocated += usize;
-  if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant)) {
+  /* Profiling: a block may enter the cache only if its bytes are reserved (prof.c). */
+  if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant) &&
+      (likely(!prof_on) || prof_credit_reserve(usize))) {
     /* A thread whose first call is a free gets its cache now, but that block goes back
      * to its arena: it was allocated elsewhere, next to other threads' blocks, and
      * caching it would hand it to this thread's next malloc (Hoard's cache-scratch). */
@@ -265,8 +274,10 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
   bool aligned_ok = align == 0 || ((uintptr_t)p & (align - 1)) == 0;
   if (aligned_ok && explicit == NULL) {
     if (usize == old_usize) return p;
-    if (old_ind > SZ_NSMALL && usize > SZ_SMALL_MAX && !tsd->reentrant) {
+    /* In place only for blocks the profiler does not hold (a sampled one moves). */
+    if (old_ind > SZ_NSMALL && usize > SZ_SMALL_MAX && !tsd->reentrant && !(prof_on && prof_is_sampled(ed))) {
       tsd->reentrant = 1;
+      if (unlikely(prof_on)) prof_take(usize);
       bool fail = arena_large_resize(ed, usize);
       void *q = NULL;
       if (fail && usize > old_usize && old_usize >= REMAP_MIN)
@@ -277,6 +288,7 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
         tsd->deallocated += old_usize;
         void *r = q ? q : p;
         if (zero && usize > old_usize) memset((char *)r + old_usize, 0, usize - old_usize);
+        if (unlikely(prof_on)) prof_after(tsd, r, usize);
         return r;
       }
     }

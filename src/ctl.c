@@ -151,9 +151,35 @@ static size_t ctl_lookup(const char *name) {
 }
 
 
+/* Handlers that live in other modules (ctl_handler_t): name -> handler. Their MIBs are
+ * N_COUNT + their index here. */
+static const struct {
+  const char *name;
+  ctl_handler_t *fn;
+} ctl_ext[] = {
+    {"prof.active", prof_ctl_active}, {"prof.dump", prof_ctl_dump}, {"prof.gdump", prof_ctl_gdump},
+    {"prof.reset", prof_ctl_reset}, {"prof.lg_sample", prof_ctl_lg_sample}, {"prof.interval", prof_ctl_interval},
+    {"thread.prof.name", prof_ctl_thread_name}, {"thread.prof.active", prof_ctl_thread_active},
+    {"opt.prof", prof_ctl_opt_prof}, {"opt.prof_active", prof_ctl_opt_prof_active},
+    {"opt.prof_thread_active_init", prof_ctl_opt_thread_active_init}, {"opt.lg_prof_sample", prof_ctl_opt_lg_sample},
+    {"opt.prof_prefix", prof_ctl_opt_prefix}, {"opt.lg_prof_interval", prof_ctl_opt_lg_interval},
+    {"opt.prof_gdump", prof_ctl_opt_gdump}, {"opt.prof_final", prof_ctl_opt_final},
+    {"opt.prof_leak", prof_ctl_opt_leak}, {"opt.prof_accum", prof_ctl_opt_accum},
+};
+#define N_EXT (sizeof(ctl_ext) / sizeof(ctl_ext[0]))
+
+static size_t ctl_ext_lookup(const char *name) {
+  for (size_t i = 0; i < N_EXT; i++) {
+    if (strcmp(ctl_ext[i].name, name) == 0) return N_COUNT + i;
+  }
+  return N_COUNT;
+}
+
 __attribute__((visibility("default"))) int strata_mallctl(const char *name, void *oldp, size_t *oldlenp,
                                                           void *newp, size_t newlen) {
   if (name == NULL) return EINVAL;
+  size_t e = ctl_ext_lookup(name);
+  if (e != N_COUNT) return ctl_ext[e - N_COUNT].fn(&e, 1, oldp, oldlenp, newp, newlen);
   size_t i = ctl_lookup(name);
   if (i == N_COUNT) return ENOENT;
   return ctl_by_index(i, oldp, oldlenp, newp, newlen);
@@ -162,7 +188,8 @@ __attribute__((visibility("default"))) int strata_mallctl(const char *name, void
 __attribute__((visibility("default"))) int strata_mallctlnametomib(const char *name, size_t *mibp,
                                                                   size_t *miblenp) {
   if (name == NULL || mibp == NULL || miblenp == NULL || *miblenp < 1) return EINVAL;
-  size_t i = ctl_lookup(name);
+  size_t i = ctl_ext_lookup(name);
+  if (i == N_COUNT) i = ctl_lookup(name);
   if (i == N_COUNT) return ENOENT;
   mibp[0] = i;
   *miblenp = 1;
@@ -171,6 +198,8 @@ __attribute__((visibility("default"))) int strata_mallctlnametomib(const char *n
 
 __attribute__((visibility("default"))) int strata_mallctlbymib(const size_t *mib, size_t miblen, void *oldp,
                                                               size_t *oldlenp, void *newp, size_t newlen) {
+  if (mib != NULL && miblen == 1 && mib[0] >= N_COUNT && mib[0] < N_COUNT + N_EXT)
+    return ctl_ext[mib[0] - N_COUNT].fn(mib, miblen, oldp, oldlenp, newp, newlen);
   if (mib == NULL || miblen != 1 || mib[0] >= N_COUNT) return ENOENT;
   return ctl_by_index(mib[0], oldp, oldlenp, newp, newlen);
 }

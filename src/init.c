@@ -42,6 +42,7 @@ bool strata_init(void) {
   }
   tcache_key |= 1;
   conf_init();
+  prof_boot();
   sz_init();
   narenas = opt.narenas ? opt.narenas : 4 * os_ncpus;
   if (narenas > 4095) narenas = 4095;
@@ -61,6 +62,7 @@ bool strata_init(void) {
   if (pthread_key_create(&tsd_key, tcache_thread_exit) == 0) {
     __atomic_store_n(&tsd_key_ready, true, __ATOMIC_RELEASE);
   }
+  prof_boot_late();
   return false;
 }
 
@@ -98,11 +100,19 @@ static void op_lock(mtx_t *m) { mtx_lock(m); }
 static void op_unlock(mtx_t *m) { mtx_unlock(m); }
 static void op_reinit(mtx_t *m) { mtx_init(m); }
 
-static void fork_prepare(void) { fork_locks(op_lock, false); }
-static void fork_parent(void) { fork_locks(op_unlock, true); }
+/* The profiler's locks come first (prof_dump_lock, prof_lock; prof.c nests meta_lock). */
+static void fork_prepare(void) {
+  prof_prefork();
+  fork_locks(op_lock, false);
+}
+static void fork_parent(void) {
+  fork_locks(op_unlock, true);
+  prof_postfork(false);
+}
 
 static void fork_child(void) {
   fork_locks(op_reinit, true);
+  prof_postfork(true);
   /* Only the forking thread exists in the child: other threads' caches stay allocated
    * (their regions are lost to the child, as with every allocator) but are unlisted so
    * that nothing walks them. The caller's own cache stays live. */

@@ -68,6 +68,8 @@ tcache_t *tcache_get_slow(tsd_t *tsd) {
   for (szind_t i = 1; i < tcache_nbins; i++) {
     tc->bins[i].avail = tbin_max[i];
     tc->bins[i].align_mask = tbin_align_mask[i];
+    /* Heap profiling counts every free (prof.c): no pointer passes an all-ones mask. */
+    if (unlikely(prof_on)) tc->bins[i].align_mask = UINT32_MAX;
   }
   if (tsd->arena == NULL) tsd->arena = arena_choose();
   tc->arena = tsd->arena;
@@ -139,6 +141,7 @@ static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
      * older half; overflows happen in free-heavy phases, where that costs nothing). */
     void *p = b->head;
     b->avail += n;
+    if (unlikely(prof_on)) prof_credit_return((size_t)n * sz_size[ind]);
     if (ind > SZ_NSMALL) {
       edata_t *eds[FLUSH_BUF];
       for (uint32_t i = 0; i < n; i++) {
@@ -192,11 +195,15 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
     /* The bin is empty: the filled list (lowest addresses first) becomes it. */
     unsigned want = tbin_max[ind] / 2 ? tbin_max[ind] / 2 : 1;
     sassert(b->head == NULL && b->avail == tbin_max[ind]);
+    /* Profiling: only as many blocks as the bytes left before the next sample. */
+    if (unlikely(prof_on)) want = prof_fill_limit(ind, want);
     unsigned got = bin_fill_list(tc->arena, ind, &p, want);
+    if (unlikely(prof_on) && got < want) prof_credit_return((size_t)(want - (got ? got : 1)) * sz_size[ind]);
     if (got == 0) return NULL;
     b->head = *(void **)p;
     b->avail -= got - 1;
   } else {
+    if (unlikely(prof_on)) prof_take(sz_size[ind]);
     p = arena_large_alloc(tc->arena, sz_size[ind], 0, false);
   }
   tcache_event(tc, ind);
