@@ -26,6 +26,23 @@ static inline void alloc_fill(void *p, size_t usize, bool zero) {
   if (unlikely(opt.junk & JUNK_ALLOC) && !zero) memset(p, 0xa5, usize);
 }
 
+/* ialloc's arena path with heap profiling: the bytes count toward the next sample, and
+ * this block may be it. Out of line, so that ialloc's registers do not change. */
+static NOINLINE void *ialloc_arena_prof(tsd_t *tsd, arena_t *a, szind_t ind, bool zero) {
+  size_t usize = sz_size[ind];
+  void *p = NULL;
+  prof_take(usize);
+  if (a == NULL) {
+    p = NULL;
+  } else if (ind <= SZ_NSMALL) {
+    p = arena_small_alloc(a, ind, zero || opt.zero);
+  } else {
+    p = arena_large_alloc(a, usize, 0, zero || opt.zero);
+  }
+  prof_after(tsd, p, usize);
+  return p;
+}
+
 /* Allocate class ind; explicit is the MALLOCX_ARENA arena or NULL; use_tcache false for
  * MALLOCX_TCACHE_NONE. */
 static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t *explicit) {
@@ -55,8 +72,9 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
   }
   {
     arena_t *a = explicit ? explicit : tsd_arena(tsd, usize);
-    if (unlikely(prof_on)) prof_take(usize);
-    if (a == NULL) {
+    if (unlikely(prof_on)) {
+      p = ialloc_arena_prof(tsd, a, ind, zero);
+    } else if (a == NULL) {
       p = NULL;
     } else if (ind <= SZ_NSMALL) {
       p = arena_small_alloc(a, ind, zero || opt.zero);
@@ -71,7 +89,6 @@ done:
     tsd->allocated += usize;
     alloc_fill(p, usize, zero || opt.zero);
   }
-  if (unlikely(prof_on)) prof_after(tsd, p, usize);
   return p;
 }
 
@@ -87,12 +104,12 @@ static void *ialloc_aligned(tsd_t *tsd, size_t size, size_t align, bool zero, bo
   tsd->reentrant = 1;
   if (unlikely(prof_on)) prof_take(usize);
   void *p = arena_large_alloc(a, usize, align, zero || opt.zero);
+  if (unlikely(prof_on)) prof_after(tsd, p, usize);
   tsd->reentrant = 0;
   if (p) {
     tsd->allocated += usize;
     alloc_fill(p, usize, zero || opt.zero);
   }
-  if (unlikely(prof_on)) prof_after(tsd, p, usize);
   return p;
 }
 
@@ -120,17 +137,16 @@ static inline edata_t *lookup_owned(const void *p, szind_t *ind, const char *fun
   return ed;
 }
 
-static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
+/* Heap profiling: a sampled block leaves the live set (re-entered from a signal handler,
+ * the block is kept, leaked, so the set never names freed memory: returns true); a block
+ * may enter the cache only if its bytes are reserved against the next sample (prof.c). */
+static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void *p, edata_t *ed, szind_t ind,
+                                                               bool use_tcache) {
   size_t usize = sz_size[ind];
   if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("free", p);
-  /* A sampled block leaves the live set first; re-entered from a signal handler, the
-   * block is kept (leaked) so that the set never names freed memory. */
-  if (unlikely(prof_on) && unlikely(prof_is_sampled(ed)) && prof_free_sampled(tsd, p, ed)) return;
   if (unlikely(opt.junk & JUNK_FREE)) memset(p, 0x5a, usize);
   tsd->deallocated += usize;
-  /* Profiling: a block may enter the cache only if its bytes are reserved (prof.c). */
-  if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant) &&
-      (likely(!prof_on) || prof_credit_reserve(usize))) {
+  if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant)) {
     /* A thread whose first call is a free gets its cache now, but that block goes back
      * to its arena: it was allocated elsewhere, next to other threads' blocks, and
      * caching it would hand it to this thread's next malloc (Hoard's cache-scratch). */
@@ -169,6 +185,28 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
     arena_large_dalloc(ed);
   }
   tsd->reentrant = 0;
+}
+
+/* Heap profiling: a sampled block leaves the live set (re-entered from a signal handler,
+ * the block is kept, leaked, so the set never names freed memory); a block may enter the
+ * cache only if its bytes are reserved against the next sample (prof.c). Out of line, so
+ * that idalloc's code does not change with prof:false. */
+static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
+  if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("free", p);
+  if (unlikely(prof_is_sampled(ed)) && prof_free_sampled(tsd, p, ed)) return;
+  /* The same test as idalloc's cache path: only a block that will be cached reserves. */
+  if (ind < tcache_nbins && use_tcache && !tsd->reentrant && tsd->state == TSD_ACTIVE &&
+      !prof_credit_reserve(sz_size[ind]))
+    use_tcache = false;
+  idalloc_body(tsd, p, ed, ind, use_tcache);
+}
+
+static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
+  if (unlikely(prof_on)) {
+    idalloc_prof(tsd, p, ed, ind, use_tcache);
+    return;
+  }
+  idalloc_body(tsd, p, ed, ind, use_tcache);
 }
 
 /* ---------------------------------------------------------------- malloc / free */
@@ -282,13 +320,13 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
       void *q = NULL;
       if (fail && usize > old_usize && old_usize >= REMAP_MIN)
         q = arena_large_remap(ed, usize);
+      if (unlikely(prof_on)) prof_after(tsd, (!fail || q) ? (q ? q : p) : NULL, usize);
       tsd->reentrant = 0;
       if (!fail || q) {
         tsd->allocated += usize;
         tsd->deallocated += old_usize;
         void *r = q ? q : p;
         if (zero && usize > old_usize) memset((char *)r + old_usize, 0, usize - old_usize);
-        if (unlikely(prof_on)) prof_after(tsd, r, usize);
         return r;
       }
     }

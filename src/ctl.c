@@ -172,14 +172,14 @@ static size_t ctl_ext_lookup(const char *name) {
   for (size_t i = 0; i < N_EXT; i++) {
     if (strcmp(ctl_ext[i].name, name) == 0) return N_COUNT + i;
   }
-  return N_COUNT;
+  return (size_t)-1;
 }
 
 __attribute__((visibility("default"))) int strata_mallctl(const char *name, void *oldp, size_t *oldlenp,
                                                           void *newp, size_t newlen) {
   if (name == NULL) return EINVAL;
   size_t e = ctl_ext_lookup(name);
-  if (e != N_COUNT) return ctl_ext[e - N_COUNT].fn(&e, 1, oldp, oldlenp, newp, newlen);
+  if (e != (size_t)-1) return ctl_ext[e - N_COUNT].fn(&e, 1, oldp, oldlenp, newp, newlen);
   size_t i = ctl_lookup(name);
   if (i == N_COUNT) return ENOENT;
   return ctl_by_index(i, oldp, oldlenp, newp, newlen);
@@ -189,7 +189,7 @@ __attribute__((visibility("default"))) int strata_mallctlnametomib(const char *n
                                                                   size_t *miblenp) {
   if (name == NULL || mibp == NULL || miblenp == NULL || *miblenp < 1) return EINVAL;
   size_t i = ctl_ext_lookup(name);
-  if (i == N_COUNT) i = ctl_lookup(name);
+  if (i == (size_t)-1) i = ctl_lookup(name);
   if (i == N_COUNT) return ENOENT;
   mibp[0] = i;
   *miblenp = 1;

@@ -440,6 +440,8 @@ typedef struct {           /* one stack's counters copied under prof_lock for a 
   double w_cur_objs, w_cur_bytes, w_acc_objs, w_acc_bytes;
 } prof_snap_t;
 HIDDEN extern mtx_t prof_dump_lock;
+HIDDEN uint64_t prof_exp_draw(uint64_t *rng, uint64_t mean); /* for the unit tests too */
+HIDDEN prof_stack_t *prof_stack_intern(const uintptr_t *frames, unsigned n); /* prof_lock held */
 HIDDEN prof_snap_t *prof_snapshot(size_t *n, size_t *map_bytes); /* os_map'ed; os_unmap(map_bytes) */
 HIDDEN bool prof_dump_heap_v2(const char *path, const prof_snap_t *s, size_t n, uint64_t period);
 HIDDEN bool prof_dump_pprof(const char *path, const prof_snap_t *s, size_t n, uint64_t period);

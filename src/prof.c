@@ -57,7 +57,7 @@ typedef struct {
   int64_t credit;        /* bytes until the next sample, less the cache's reserved bytes */
   uint64_t interval;     /* length of the current sampling interval (for lg_prof_interval) */
   uint64_t rng;
-  bool init, active, pending, busy;
+  bool init, active, pending, busy, start_thread;
   char name[64];         /* thread.prof.name */
 } prof_tdata_t;
 static __thread prof_tdata_t prof_td __attribute__((tls_model("initial-exec")));
@@ -95,6 +95,9 @@ static pid_t dump_thread_pid;
 /* Per-process uniquifiers: <prefix>.<pid>.<seq>.<kind><kseq>.heap (guarded by prof_dump_lock). */
 static uint64_t dump_seq, dump_mseq, dump_iseq, dump_useq;
 
+static void dump_thread_start(void);
+static void dump_wake(void);
+
 /* ---------------------------------------------------------------- sampler */
 static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
   uint64_t x = *s;
@@ -109,16 +112,17 @@ static uint64_t sample_mean(void) {
   return (uint64_t)1 << __atomic_load_n(&prof_lg_sample_now, __ATOMIC_RELAXED);
 }
 
-/* An exponentially distributed interval with the current mean, at least 1 byte. */
-static uint64_t draw_interval(prof_tdata_t *td) {
-  uint64_t mean = sample_mean();
+/* An exponentially distributed interval with the given mean, at least 1 byte. */
+uint64_t prof_exp_draw(uint64_t *rng, uint64_t mean) {
   if (mean == 1) return 1;
-  double u = ((double)(rng_next(&td->rng) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
+  double u = ((double)(rng_next(rng) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
   double v = -log(u) * (double)mean;
   if (v < 1.0) v = 1.0;
   if (v > 4e18) v = 4e18;
   return (uint64_t)v;
 }
+
+static uint64_t draw_interval(prof_tdata_t *td) { return prof_exp_draw(&td->rng, sample_mean()); }
 
 static void td_init(prof_tdata_t *td) {
   uint64_t seed = 0;
@@ -145,6 +149,10 @@ static void interval_note(uint64_t bytes) {
 bool prof_credit_reserve(size_t bytes) {
   prof_tdata_t *td = &prof_td;
   if (unlikely(!td->init)) td_init(td);
+  if (unlikely(td->start_thread)) { /* called from idalloc, outside strata: may malloc */
+    td->start_thread = false;
+    dump_thread_start();
+  }
   if (td->credit < (int64_t)bytes) return false;
   td->credit -= (int64_t)bytes;
   return true;
@@ -249,7 +257,7 @@ static uint64_t hash_frames(const uintptr_t *f, unsigned n) {
   return h;
 }
 
-static prof_stack_t *stack_intern(const uintptr_t *f, unsigned n) {
+prof_stack_t *prof_stack_intern(const uintptr_t *f, unsigned n) {
   if (stack_heads == NULL) {
     stack_heads = meta_alloc(sizeof(prof_stack_t *) << STACK_LG_HEADS);
     if (stack_heads == NULL) return NULL;
@@ -317,15 +325,16 @@ static void live_remove(live_t *e) {
 }
 
 /* ---------------------------------------------------------------- sample and free */
-static void dump_thread_start(void);
-
 void prof_after(tsd_t *tsd, void *p, size_t usize) {
   prof_tdata_t *td = &prof_td;
   if (likely(!td->pending)) return;
   td->pending = false;
-  if (p == NULL || tsd->reentrant) return;
+  if (p == NULL) return;
   uintptr_t frames[PROF_DEPTH];
-  tsd->reentrant = 1;
+  /* The caller (an allocation path) holds tsd->reentrant: a signal handler's malloc or
+   * free cannot enter strata, and so neither prof_lock, while this thread holds it. */
+  sassert(tsd->reentrant);
+  (void)tsd;
   td->busy = true;
   unsigned n = prof_backtrace(frames, PROF_DEPTH);
   double rate = (double)sample_mean();
@@ -333,7 +342,7 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
   edata_t *ed = rt_edata(rtree_read((uintptr_t)p));
   bool gdump = false;
   mtx_lock(&prof_lock);
-  prof_stack_t *st = stack_intern(frames, n);
+  prof_stack_t *st = prof_stack_intern(frames, n);
   live_t *old = live_find((uintptr_t)p);
   if (old) live_remove(old); /* freed unseen (a 4 GiB-aligned fast free): forget it */
   if (st && !live_grow()) {
@@ -362,8 +371,14 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
   mtx_unlock(&prof_lock);
   if (gdump) __atomic_or_fetch(&dump_req, REQ_GDUMP, __ATOMIC_RELEASE);
   td->busy = false;
-  tsd->reentrant = 0;
-  if (__atomic_load_n(&dump_req, __ATOMIC_ACQUIRE)) dump_thread_start();
+  if (__atomic_load_n(&dump_req, __ATOMIC_ACQUIRE)) {
+    /* Creating the thread mallocs: left to this thread's next free (prof_credit_reserve). */
+    if (__atomic_load_n(&dump_thread_started, __ATOMIC_ACQUIRE) && dump_thread_pid == getpid()) {
+      dump_wake();
+    } else {
+      td->start_thread = true;
+    }
+  }
 }
 
 bool prof_free_sampled(tsd_t *tsd, void *p, edata_t *ed) {

@@ -176,7 +176,7 @@ static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
   }
 }
 
-static void tcache_event(tcache_t *tc, szind_t ind) {
+static inline __attribute__((always_inline)) void tcache_event(tcache_t *tc, szind_t ind) {
   tc->events[ind] = 1;
   if (++tc->gc_ticks < GC_INTERVAL) return;
   tc->gc_ticks = 0;
@@ -188,25 +188,46 @@ static void tcache_event(tcache_t *tc, szind_t ind) {
   tc->events[g] = 0;
 }
 
+static void *alloc_hard_prof(tcache_t *tc, szind_t ind);
+
 void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
+  if (unlikely(prof_on)) return alloc_hard_prof(tc, ind);
   tbin_t *b = &tc->bins[ind];
   void *p;
   if (ind <= SZ_NSMALL) {
     /* The bin is empty: the filled list (lowest addresses first) becomes it. */
     unsigned want = tbin_max[ind] / 2 ? tbin_max[ind] / 2 : 1;
     sassert(b->head == NULL && b->avail == tbin_max[ind]);
-    /* Profiling: only as many blocks as the bytes left before the next sample. */
-    if (unlikely(prof_on)) want = prof_fill_limit(ind, want);
     unsigned got = bin_fill_list(tc->arena, ind, &p, want);
-    if (unlikely(prof_on) && got < want) prof_credit_return((size_t)(want - (got ? got : 1)) * sz_size[ind]);
     if (got == 0) return NULL;
     b->head = *(void **)p;
     b->avail -= got - 1;
   } else {
-    if (unlikely(prof_on)) prof_take(sz_size[ind]);
     p = arena_large_alloc(tc->arena, sz_size[ind], 0, false);
   }
   tcache_event(tc, ind);
+  return p;
+}
+
+/* Heap profiling (prof.c): the fill holds only as many blocks as the bytes left before the
+ * thread's next sample; the returned block may be the sampled one. */
+static NOINLINE void *alloc_hard_prof(tcache_t *tc, szind_t ind) {
+  tbin_t *b = &tc->bins[ind];
+  size_t usize = sz_size[ind];
+  void *p;
+  if (ind <= SZ_NSMALL) {
+    unsigned want = prof_fill_limit(ind, tbin_max[ind] / 2 ? tbin_max[ind] / 2 : 1);
+    unsigned got = bin_fill_list(tc->arena, ind, &p, want);
+    if (got < want) prof_credit_return((size_t)(want - (got ? got : 1)) * usize);
+    if (got == 0) return NULL;
+    b->head = *(void **)p;
+    b->avail -= got - 1;
+  } else {
+    prof_take(usize);
+    p = arena_large_alloc(tc->arena, usize, 0, false);
+  }
+  tcache_event(tc, ind);
+  prof_after(&strata_tsd, p, usize);
   return p;
 }
 
