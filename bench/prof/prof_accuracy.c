@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <malloc.h>
 
-int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen);
+int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen) __attribute__((weak));
 
 #define NOIN __attribute__((noinline))
 static void *keep[200000];
@@ -43,6 +43,10 @@ static NOIN size_t h(void) {
 }
 
 int main(int argc, char **argv) {
+  if (!mallctl) {
+    fprintf(stderr, "prof_accuracy: run with LD_PRELOAD=libstrata.so and MALLOC_CONF=prof:true\n");
+    return 2;
+  }
   size_t tf = f(), tg = g(), th = h();
   const char *path = argc > 1 ? argv[1] : NULL;
   int r = mallctl("prof.dump", NULL, NULL, path ? (void *)&path : NULL, path ? sizeof(path) : 0);

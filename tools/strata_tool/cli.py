@@ -8,12 +8,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import __version__, bench
+from . import __version__, bench, prof
 
 # (name, module, one-line help). Each module exposes add_arguments(parser).
 SUBCOMMANDS = (
     ("bench", bench, "compare strata with glibc, jemalloc, tcmalloc and mimalloc on the "
                      "benchmark workloads and Redis; writes results.json and report.md"),
+    ("prof", prof, "heap profiles: record a program, top, flame graph, diff two dumps, leaks"),
 )
 
 
