@@ -233,4 +233,32 @@ TEST(test_prof_mallctls) {
   len = sizeof lg;
   CHECK(mallctlbymib(mib, miblen, &lg, &len, NULL, 0) == 0 && lg == 10, "bymib prof.lg_sample %zu", lg);
 }
+/* prof.gdump: a new high-water mark of the in-use estimate makes the dump thread write
+ * <prefix>.<pid>.<seq>.u<useq>.heap (the thread is created from a later free). */
+TEST(test_prof_gdump_writes_u_dumps) {
+  bool on = true;
+  CHECK(mallctl("prof.gdump", NULL, NULL, &on, sizeof on) == 0, "prof.gdump");
+  void *keep[64];
+  for (int i = 0; i < 64; i++) keep[i] = malloc(65536);
+  free(malloc(16));
+  char path[128];
+  struct stat st;
+  int found = 0;
+  for (int tries = 0; tries < 300 && !found; tries++) {
+    for (int seq = 0; seq < 64 && !found; seq++) {
+      snprintf(path, sizeof path, "/tmp/strata-prof-stress.%d.%d.u0.heap", (int)getpid(), seq);
+      found = stat(path, &st) == 0 && st.st_size > 0;
+    }
+    if (!found) usleep(10000);
+  }
+  CHECK(found, "no /tmp/strata-prof-stress.%d.<seq>.u0.heap after 3 s", (int)getpid());
+  /* Remove every u dump of this process. */
+  for (int u = 0; u < 256; u++)
+    for (int seq = 0; seq < 256; seq++) {
+      snprintf(path, sizeof path, "/tmp/strata-prof-stress.%d.%d.u%d.heap", (int)getpid(), seq, u);
+      unlink(path);
+    }
+  for (int i = 0; i < 64; i++) free(keep[i]);
+}
+
 int main(int argc, char **argv) { return check_main(argc, argv); }

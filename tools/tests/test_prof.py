@@ -173,3 +173,24 @@ def test_record_and_leaks_commands(build_dir, tmp_path, capsys):
     top = [ln for ln in out.splitlines() if "%" in ln]
     assert "session_cache_insert" in top[0] or "load_config" in top[0], out
     assert any("session_cache_insert" in ln for ln in top[:2]), out
+
+
+def test_prof_signal_dumps_without_code_changes(build_dir, tmp_path):
+    import signal
+    import time
+    lib, (prog,) = _need(build_dir, "prof_leak")
+    env = dict(os.environ, LD_PRELOAD=lib,
+               MALLOC_CONF=f"prof:true,prof_signal:SIGUSR2,prof_prefix:{tmp_path}/sig")
+    p = subprocess.Popen([prog, "400000"], env=env, stdout=subprocess.DEVNULL)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGUSR2)
+    found = []
+    for _ in range(100):
+        found = list(tmp_path.glob("sig.*.m0.heap"))
+        if found and found[0].stat().st_size > 0:
+            break
+        time.sleep(0.05)
+    p.kill()
+    p.wait()
+    assert found, "no dump after SIGUSR2"
+    sprof.parse_heap_v2(found[0].read_text())
