@@ -477,10 +477,12 @@ bool prof_dump_pprof(const char *path, const prof_snap_t *s, size_t n, uint64_t 
     fail = true;
     goto done2;
   }
+  buf_t ids, vals;
+  buf_init(&ids, 4096);
+  buf_init(&vals, 4096);
   for (size_t i = 0; i < n; i++) {
     const prof_stack_t *stk = s[i].st;
-    buf_t ids;
-    buf_init(&ids, 4096);
+    ids.len = vals.len = 0;
     for (uint32_t k = 0; k < stk->depth; k++) {
       uint64_t a = stk->frames[k];
       size_t h = (size_t)(a * 0x9e3779b97f4a7c15ULL >> 17) & (acap - 1);
@@ -515,15 +517,14 @@ bool prof_dump_pprof(const char *path, const prof_snap_t *s, size_t n, uint64_t 
       pb_varint(&ids, aids[h]);
     }
     pb_bytes(&tmp, 1, ids.p, ids.len); /* packed location ids */
-    buf_free(&ids);
-    buf_t vals;
-    buf_init(&vals, 4096);
     int64_t v[4] = {llr(s[i].w_acc_objs), llr(s[i].w_acc_bytes), llr(s[i].w_cur_objs), llr(s[i].w_cur_bytes)};
-    for (int k = 0; k < 4; k++) pb_varint(&vals, (uint64_t)v[k]);
+    for (int k = 0; k < 4; k++) pb_varint(&vals, (uint64_t)(v[k] > 0 ? v[k] : 0)); /* rounding never goes below 0 */
     pb_bytes(&tmp, 2, vals.p, vals.len);
-    buf_free(&vals);
     pb_msg(&prof, 2, &tmp);
   }
+  fail |= ids.fail || vals.fail;
+  buf_free(&ids);
+  buf_free(&vals);
   for (size_t i = 0; i < nmaps; i++) {
     map_t *m = &maps[i];
     pb_uint(&tmp, 1, m->pb_id);
@@ -546,7 +547,7 @@ bool prof_dump_pprof(const char *path, const prof_snap_t *s, size_t n, uint64_t 
   pb_uint(&prof, 12, period);
   pb_uint(&prof, 14, str_id(&st, "inuse_space"));
   buf_put(&prof, st.out.p, st.out.len);
-  fail = prof.fail || tmp.fail || locs.fail || funcs.fail || st.out.fail;
+  fail |= prof.fail || tmp.fail || locs.fail || funcs.fail || st.out.fail;
   if (!fail) {
     buf_init(&out, prof.len + prof.len / 65535 * 5 + 64);
     gzip_stored(&out, (const uint8_t *)prof.p, prof.len);
