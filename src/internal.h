@@ -410,7 +410,7 @@ HIDDEN void prof_boot_late(void); /* after strata is ready: atexit, signal handl
 HIDDEN void prof_take(size_t usize); /* an allocation not served from reserved cache bytes */
 HIDDEN unsigned prof_fill_limit(szind_t ind, unsigned want); /* takes the first; reserves the rest */
 HIDDEN bool prof_credit_reserve(size_t bytes); /* a block may become poppable; false: it may not */
-HIDDEN void prof_credit_return(size_t bytes);   /* cached blocks left the cache */
+HIDDEN void prof_credit_return(size_t bytes);   /* reserved bytes not used after all */
 HIDDEN void prof_after(tsd_t *tsd, void *p, size_t usize); /* records p if prof_take chose it */
 HIDDEN bool prof_free_sampled(tsd_t *tsd, void *p, edata_t *ed); /* true: leak p (re-entered) */
 static inline bool prof_is_sampled(const edata_t *ed) {

@@ -12,7 +12,9 @@
  * spends its own bytes (prof_take). Pops need no check: they spend reserved bytes. When
  * credit runs out the thread's cache is flushed (releasing every reservation, so credit is
  * exactly the bytes left), and if the allocation still does not fit it is the sampled one:
- * the same decision as jemalloc's countdown, exact, with exponential intervals.
+ * the same decision as jemalloc's countdown, exact, with exponential intervals. Flushes
+ * are not told: credit is a lower bound (threshold - thread.allocated - cached bytes),
+ * recomputed from the caches' counts whenever it looks short.
  * A fast free would let a popped block be pushed and popped again without a reservation
  * (a malloc/free ping-pong has no slow path at all), so with prof:true every free takes
  * the slow path: the caches' align masks are all ones. prof:false changes nothing.
@@ -54,7 +56,8 @@ bool prof_on;
 #define STACK_LG_HEADS 16
 
 typedef struct {
-  int64_t credit;        /* bytes until the next sample, less the cache's reserved bytes */
+  int64_t credit;        /* lower bound of threshold - thread.allocated - cached bytes */
+  uint64_t threshold;    /* thread.allocated at which the next sample happens */
   uint64_t interval;     /* length of the current sampling interval (for lg_prof_interval) */
   uint64_t rng;
   bool init, active, pending, busy, start_thread;
@@ -124,6 +127,28 @@ uint64_t prof_exp_draw(uint64_t *rng, uint64_t mean) {
 
 static uint64_t draw_interval(prof_tdata_t *td) { return prof_exp_draw(&td->rng, sample_mean()); }
 
+/* thread.allocated: the slow paths' count plus the caches' fast-path pops. */
+static uint64_t thread_allocated(void) {
+  uint64_t al, de;
+  tcache_counts(&strata_tsd, &al, &de);
+  return al;
+}
+
+/* Bytes the thread's cache can hand out without a slow path. */
+static uint64_t cached_bytes(void) {
+  tsd_t *tsd = &strata_tsd;
+  if (tsd->state != TSD_ACTIVE) return 0;
+  uint64_t c = 0;
+  for (szind_t i = 1; i < tcache_nbins; i++) c += (uint64_t)tbin_count(&tsd->tcache->bins[i], i) * sz_size[i];
+  return c;
+}
+
+/* credit is kept as a lower bound: a flush (which only raises the true value) is not
+ * told; when credit looks short it is recomputed exactly. */
+static void credit_rescan(prof_tdata_t *td) {
+  td->credit = (int64_t)(td->threshold - thread_allocated() - cached_bytes());
+}
+
 static void td_init(prof_tdata_t *td) {
   uint64_t seed = 0;
   if (syscall(SYS_getrandom, &seed, sizeof(seed), 0) != (long)sizeof(seed)) seed = (uintptr_t)td;
@@ -131,8 +156,9 @@ static void td_init(prof_tdata_t *td) {
   td->rng = seed ? seed : 1;
   td->active = prof_opt.thread_active_init;
   td->interval = draw_interval(td);
-  td->credit = (int64_t)td->interval;
+  td->threshold = thread_allocated() + td->interval;
   td->init = true;
+  credit_rescan(td);
 }
 
 static void interval_note(uint64_t bytes) {
@@ -153,7 +179,10 @@ bool prof_credit_reserve(size_t bytes) {
     td->start_thread = false;
     dump_thread_start();
   }
-  if (td->credit < (int64_t)bytes) return false;
+  if (td->credit < (int64_t)bytes) {
+    credit_rescan(td);
+    if (td->credit < (int64_t)bytes) return false;
+  }
   td->credit -= (int64_t)bytes;
   return true;
 }
@@ -167,16 +196,26 @@ void prof_take(size_t usize) {
     td->credit -= (int64_t)usize;
     return;
   }
-  /* Release every reservation: credit becomes exactly the bytes left in the interval. */
-  tsd_t *tsd = &strata_tsd;
-  if (tsd->state == TSD_ACTIVE) tcache_flush_all(tsd->tcache);
+  /* Exact: blocks flushed since the last look count again. (This allocation is not in
+   * thread.allocated yet: its caller adds it after.) */
+  credit_rescan(td);
   if (td->credit >= (int64_t)usize) {
     td->credit -= (int64_t)usize;
     return;
   }
-  /* This allocation crosses the sampling point. */
+  /* Release every reservation: credit becomes exactly the bytes left in the interval. */
+  tsd_t *tsd = &strata_tsd;
+  if (tsd->state == TSD_ACTIVE) tcache_flush_all(tsd->tcache);
+  credit_rescan(td);
+  if (td->credit >= (int64_t)usize) {
+    td->credit -= (int64_t)usize;
+    return;
+  }
+  /* This allocation crosses the sampling point; the next one is an exponential draw
+   * after it. */
   interval_note(td->interval);
   td->interval = draw_interval(td);
+  td->threshold = thread_allocated() + usize + td->interval;
   td->credit = (int64_t)td->interval;
   td->pending = !td->busy && td->active && __atomic_load_n(&prof_active_now, __ATOMIC_RELAXED);
 }

@@ -141,7 +141,6 @@ static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
      * older half; overflows happen in free-heavy phases, where that costs nothing). */
     void *p = b->head;
     b->avail += n;
-    if (unlikely(prof_on)) prof_credit_return((size_t)n * sz_size[ind]);
     if (ind > SZ_NSMALL) {
       edata_t *eds[FLUSH_BUF];
       for (uint32_t i = 0; i < n; i++) {
