@@ -188,16 +188,21 @@ static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void 
 }
 
 /* Heap profiling: a sampled block leaves the live set (re-entered from a signal handler,
- * the block is kept, leaked, so the set never names freed memory); a block may enter the
- * cache only if its bytes are reserved against the next sample (prof.c). Out of line, so
- * that idalloc's code does not change with prof:false. */
+ * the block is kept, leaked, so the set never names freed memory); a cacheable block goes
+ * to the stash, which the fast path cannot pop (prof.c). Out of line, so that idalloc's
+ * code does not change with prof:false. */
 static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
   if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("free", p);
   if (unlikely(prof_is_sampled(ed)) && prof_free_sampled(tsd, p, ed)) return;
-  /* The same test as idalloc's cache path: only a block that will be cached reserves. */
-  if (ind < tcache_nbins && use_tcache && !tsd->reentrant && tsd->state == TSD_ACTIVE &&
-      !prof_credit_reserve(sz_size[ind]))
-    use_tcache = false;
+  if (unlikely(prof_want_thread)) prof_free_hook();
+  /* Where idalloc's cache path would push, the block goes to the stash (tcache.c). */
+  if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant && tsd->state == TSD_ACTIVE)) {
+    if (likely(tcache_prof_stash_push(tsd->tcache, ind, p))) {
+      tsd->deallocated += sz_size[ind];
+      return;
+    }
+    use_tcache = false; /* stash full: to the arena */
+  }
   idalloc_body(tsd, p, ed, ind, use_tcache);
 }
 

@@ -316,6 +316,7 @@ struct tcache_s {
   tcache_t *next, *prev;         /* registry, for fork and stats */
   uint32_t gc_ticks, gc_bin;
   uint8_t events[TCACHE_NBINS_MAX]; /* fills/flushes since the GC last looked */
+  void *prof_stash;              /* heap profiling only: freed blocks not yet poppable (tcache.c) */
 };
 enum { TSD_NOMINAL = 0, TSD_ACTIVE, TSD_NOCACHE, TSD_DEAD };
 typedef struct {
@@ -409,8 +410,27 @@ HIDDEN void prof_boot(void);      /* in strata_init, before tcache_boot */
 HIDDEN void prof_boot_late(void); /* after strata is ready: atexit, signal handler */
 HIDDEN void prof_take(size_t usize); /* an allocation not served from reserved cache bytes */
 HIDDEN unsigned prof_fill_limit(szind_t ind, unsigned want); /* takes the first; reserves the rest */
-HIDDEN bool prof_credit_reserve(size_t bytes); /* a block may become poppable; false: it may not */
 HIDDEN void prof_credit_return(size_t bytes);   /* reserved bytes not used after all */
+HIDDEN extern bool prof_want_thread;            /* the dump thread is to be created */
+HIDDEN void prof_free_hook(void);               /* a free's slow path, outside strata: may malloc */
+/* tcache.c, for the profiler: frees go to a per-bin stash the fast path cannot pop; fills
+ * take from it; unreserve moves every cached block back to it. */
+typedef struct {
+  void *head[TCACHE_NBINS_MAX];
+  uint32_t n[TCACHE_NBINS_MAX];
+} prof_stash_t;
+HIDDEN prof_stash_t *tcache_prof_stash(tcache_t *tc); /* created on first use; NULL on OOM */
+static inline bool tcache_prof_stash_push(tcache_t *tc, szind_t ind, void *p) { /* false: full */
+  prof_stash_t *s = tc->prof_stash;
+  if (unlikely(s == NULL) && (s = tcache_prof_stash(tc)) == NULL) return false;
+  if (unlikely(s->n[ind] >= 2 * tbin_max[ind])) return false; /* full: to the arena */
+  if (ind <= SZ_NSMALL) TAG_WORD(p) = TAG_OF(p);
+  *(void **)p = s->head[ind];
+  s->head[ind] = p;
+  s->n[ind]++;
+  return true;
+}
+HIDDEN void tcache_prof_unreserve(tcache_t *tc);
 HIDDEN void prof_after(tsd_t *tsd, void *p, size_t usize); /* records p if prof_take chose it */
 HIDDEN bool prof_free_sampled(tsd_t *tsd, void *p, edata_t *ed); /* true: leak p (re-entered) */
 static inline bool prof_is_sampled(const edata_t *ed) {

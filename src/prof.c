@@ -60,7 +60,7 @@ typedef struct {
   uint64_t threshold;    /* thread.allocated at which the next sample happens */
   uint64_t interval;     /* length of the current sampling interval (for lg_prof_interval) */
   uint64_t rng;
-  bool init, active, pending, busy, start_thread;
+  bool init, active, pending, busy;
   char name[64];         /* thread.prof.name */
 } prof_tdata_t;
 static __thread prof_tdata_t prof_td __attribute__((tls_model("initial-exec")));
@@ -172,19 +172,10 @@ static void interval_note(uint64_t bytes) {
     __atomic_or_fetch(&dump_req, REQ_INTERVAL, __ATOMIC_RELEASE);
 }
 
-bool prof_credit_reserve(size_t bytes) {
-  prof_tdata_t *td = &prof_td;
-  if (unlikely(!td->init)) td_init(td);
-  if (unlikely(td->start_thread)) { /* called from idalloc, outside strata: may malloc */
-    td->start_thread = false;
-    dump_thread_start();
-  }
-  if (td->credit < (int64_t)bytes) {
-    credit_rescan(td);
-    if (td->credit < (int64_t)bytes) return false;
-  }
-  td->credit -= (int64_t)bytes;
-  return true;
+bool prof_want_thread;
+
+void prof_free_hook(void) { /* called from idalloc, outside strata: may malloc */
+  if (__atomic_exchange_n(&prof_want_thread, false, __ATOMIC_ACQ_REL)) dump_thread_start();
 }
 
 void prof_credit_return(size_t bytes) { prof_td.credit += (int64_t)bytes; }
@@ -203,9 +194,10 @@ void prof_take(size_t usize) {
     td->credit -= (int64_t)usize;
     return;
   }
-  /* Release every reservation: credit becomes exactly the bytes left in the interval. */
+  /* Release every reservation (the cached blocks move to the stash): credit becomes
+   * exactly the bytes left in the interval. */
   tsd_t *tsd = &strata_tsd;
-  if (tsd->state == TSD_ACTIVE) tcache_flush_all(tsd->tcache);
+  if (tsd->state == TSD_ACTIVE) tcache_prof_unreserve(tsd->tcache);
   credit_rescan(td);
   if (td->credit >= (int64_t)usize) {
     td->credit -= (int64_t)usize;
@@ -224,7 +216,9 @@ unsigned prof_fill_limit(szind_t ind, unsigned want) {
   size_t s = sz_size[ind];
   prof_take(s);
   if (prof_td.pending || want <= 1) return 1;
-  uint64_t room = (uint64_t)prof_td.credit / s;
+  /* An eighth of the credit at most: other classes' fills near the sampling point find some
+   * left, so the reservation moves back to the stash about once per interval. */
+  uint64_t room = (uint64_t)prof_td.credit / 8 / s;
   unsigned extra = room < want - 1 ? (unsigned)room : want - 1;
   prof_td.credit -= (int64_t)(extra * s);
   return 1 + extra;
@@ -411,11 +405,11 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
   if (gdump) __atomic_or_fetch(&dump_req, REQ_GDUMP, __ATOMIC_RELEASE);
   td->busy = false;
   if (__atomic_load_n(&dump_req, __ATOMIC_ACQUIRE)) {
-    /* Creating the thread mallocs: left to this thread's next free (prof_credit_reserve). */
+    /* Creating the thread mallocs: left to this thread's next free (prof_free_hook). */
     if (__atomic_load_n(&dump_thread_started, __ATOMIC_ACQUIRE) && dump_thread_pid == getpid()) {
       dump_wake();
     } else {
-      td->start_thread = true;
+      __atomic_store_n(&prof_want_thread, true, __ATOMIC_RELEASE);
     }
   }
 }
@@ -621,6 +615,7 @@ void prof_postfork(bool child) {
     mtx_init(&prof_dump_lock);
     /* The dump thread is not in the child: the next request starts one. */
     __atomic_store_n(&dump_thread_started, false, __ATOMIC_RELEASE);
+    if (__atomic_load_n(&dump_req, __ATOMIC_RELAXED)) prof_want_thread = true;
     dump_seq = dump_mseq = dump_iseq = dump_useq = 0;
   } else {
     mtx_unlock(&prof_lock);
