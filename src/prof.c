@@ -6,12 +6,13 @@
  * Sampling without a fast-path counter. jemalloc counts bytes down on every allocation;
  * strata's malloc fast path has no counter to spare (thread.allocated is derived from the
  * caches' nmalloc counts). Instead each thread holds `credit`: bytes that may still be
- * allocated, or made poppable from its cache, before its next sample. A fill reserves the
- * bytes of the blocks it puts in a cache bin, a slow free reserves the block it pushes, a
- * flush returns what it takes out, and an allocation not served from reserved blocks
- * spends its own bytes (prof_take). Pops need no check: they spend reserved bytes. When
- * credit runs out the thread's cache is flushed (releasing every reservation, so credit is
- * exactly the bytes left), and if the allocation still does not fit it is the sampled one:
+ * allocated, or made poppable from its cache, before its next sample. Frees go to a
+ * per-bin stash the fast path cannot pop (tcache.c); a fill takes from it (else from the
+ * arena) and reserves the bytes of the blocks it puts in the bin's list, and an
+ * allocation not served from reserved blocks spends its own bytes (prof_take). Pops need
+ * no check: they spend reserved bytes. When credit runs out the bins' lists move to the
+ * stash (releasing every reservation, so credit is exactly the bytes left), and if the
+ * allocation still does not fit it is the sampled one:
  * the same decision as jemalloc's countdown, exact, with exponential intervals. Flushes
  * are not told: credit is a lower bound (threshold - thread.allocated - cached bytes),
  * recomputed from the caches' counts whenever it looks short.
