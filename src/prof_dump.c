@@ -163,12 +163,53 @@ typedef struct {
   size_t strtab_size;
   int64_t vaddr_minus_off; /* p_vaddr - p_offset of the executable segment */
   uint64_t pb_id;
+  /* Function symbols sorted by address (mmap'ed): lookups are binary searches. */
+  struct fsym { uint64_t lo, hi; uint32_t name; } *fs;
+  size_t nfs, fs_bytes;
 } map_t;
 
 #define MAX_MAPS 512
 
 static bool elf_ok(const uint8_t *f, size_t n) {
   return n >= sizeof(Elf64_Ehdr) && memcmp(f, ELFMAG, SELFMAG) == 0 && f[EI_CLASS] == ELFCLASS64;
+}
+
+/* Heapsort (no qsort: glibc's may malloc) of the function symbols by address. */
+static void fsym_sift(struct fsym *a, size_t i, size_t n) {
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= n) return;
+    if (c + 1 < n && a[c + 1].lo > a[c].lo) c++;
+    if (a[i].lo >= a[c].lo) return;
+    struct fsym t = a[i];
+    a[i] = a[c];
+    a[c] = t;
+    i = c;
+  }
+}
+
+static void fsym_build(map_t *m) {
+  size_t n = 0;
+  for (size_t i = 0; i < m->nsyms; i++) {
+    const Elf64_Sym *s = &m->syms[i];
+    n += ELF64_ST_TYPE(s->st_info) == STT_FUNC && s->st_value != 0 && s->st_name < m->strtab_size;
+  }
+  if (n == 0) return;
+  m->fs_bytes = (n * sizeof(struct fsym) + os_page - 1) & ~(os_page - 1);
+  m->fs = os_map(m->fs_bytes, 0);
+  if (m->fs == NULL) return;
+  for (size_t i = 0; i < m->nsyms; i++) {
+    const Elf64_Sym *s = &m->syms[i];
+    if (ELF64_ST_TYPE(s->st_info) == STT_FUNC && s->st_value != 0 && s->st_name < m->strtab_size)
+      m->fs[m->nfs++] = (struct fsym){s->st_value, s->st_value + s->st_size, s->st_name};
+  }
+  for (size_t i = m->nfs / 2; i-- > 0;) fsym_sift(m->fs, i, m->nfs);
+  for (size_t k = m->nfs; k-- > 1;) {
+    struct fsym t = m->fs[0];
+    m->fs[0] = m->fs[k];
+    m->fs[k] = t;
+    fsym_sift(m->fs, 0, k);
+  }
 }
 
 static void elf_load(map_t *m) {
@@ -227,6 +268,7 @@ static void elf_load(map_t *m) {
       m->nsyms = sh[i].sh_size / sizeof(Elf64_Sym);
       m->strtab = (const char *)(b + str->sh_offset);
       m->strtab_size = str->sh_size;
+      fsym_build(m);
       return;
     }
   }
@@ -234,25 +276,29 @@ static void elf_load(map_t *m) {
 
 static void elf_unload(map_t *m) {
   if (m->file) syscall(SYS_munmap, m->file, m->file_size);
+  if (m->fs) os_unmap(m->fs, m->fs_bytes);
   m->file = NULL;
+  m->fs = NULL;
 }
 
-/* Name of the function containing the (link-time) address a, or NULL. */
+/* Name of the function containing the (link-time) address a, or NULL: the last symbol
+ * starting at or below a, if a is inside it (a symbol without a size covers up to the
+ * next one). */
 static const char *elf_sym(const map_t *m, uint64_t a) {
-  const char *best = NULL;
-  uint64_t best_v = 0;
-  for (size_t i = 0; i < m->nsyms; i++) {
-    const Elf64_Sym *s = &m->syms[i];
-    if (ELF64_ST_TYPE(s->st_info) != STT_FUNC || s->st_value == 0 || s->st_name >= m->strtab_size) continue;
-    if (a < s->st_value) continue;
-    bool inside = s->st_size ? a < s->st_value + s->st_size : false;
-    if (inside || (s->st_size == 0 && s->st_value > best_v)) {
-      if (inside) return m->strtab + s->st_name;
-      best_v = s->st_value;
-      best = m->strtab + s->st_name;
+  size_t lo = 0, hi = m->nfs;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (m->fs[mid].lo <= a) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
     }
   }
-  return best;
+  for (size_t i = lo; i-- > 0 && lo - i <= 8;) { /* aliases and nested symbols share starts */
+    const struct fsym *f = &m->fs[i];
+    if (a < f->hi || f->hi == f->lo) return m->strtab + f->name;
+  }
+  return NULL;
 }
 
 static size_t hexval(const char **p) {
@@ -369,7 +415,9 @@ static uint64_t str_id(strtab_t *t, const char *s) {
     if (strcmp(t->keys[i], s) == 0) return t->ids[i];
     i = (i + 1) & (t->cap - 1);
   }
-  if (t->n * 2 >= t->cap) return 0; /* full: "" (cannot happen with the sizes chosen) */
+  /* At most half full, so the probe above always ends; past that new strings read as
+   * "" (cannot happen: cap is 8 per frame and a frame adds at most 2 strings). */
+  if ((t->n + 1) * 2 >= t->cap) return 0;
   t->keys[i] = s;
   t->ids[i] = t->n++;
   pb_bytes(&t->out, 6, s, strlen(s));
@@ -441,7 +489,7 @@ bool prof_dump_pprof(const char *path, const prof_snap_t *s, size_t n, uint64_t 
   for (size_t i = 0; i < n; i++) nframes += s[i].st->depth;
   size_t acap = 64;
   while (acap < nframes * 2 + 2) acap *= 2;
-  size_t scap = acap * 2 + 64;
+  size_t scap = acap * 4; /* a power of two (the probes mask with scap - 1) */
   size_t tbl_bytes = acap * 2 * sizeof(uint64_t) + scap * (sizeof(char *) + sizeof(uint64_t));
   tbl_bytes = (tbl_bytes + os_page - 1) & ~(os_page - 1);
   uint8_t *tbl = os_map(tbl_bytes, 0);

@@ -194,3 +194,21 @@ def test_prof_signal_dumps_without_code_changes(build_dir, tmp_path):
     p.wait()
     assert found, "no dump after SIGUSR2"
     sprof.parse_heap_v2(found[0].read_text())
+
+
+def test_pprof_dump_of_a_real_program_with_many_functions(build_dir, tmp_path):
+    """Python under prof:true: hundreds of distinct functions in the proto's string table
+    (a table sized off a power of two once looped forever here)."""
+    pytest.importorskip("google.protobuf")
+    import sys
+    from strata_tool.pprof_proto import Profile
+    lib, _ = _need(build_dir)
+    env = dict(os.environ, LD_PRELOAD=lib,
+               MALLOC_CONF=f"prof:true,prof_final:true,lg_prof_sample:12,prof_format:both,prof_prefix:{tmp_path}/py")
+    subprocess.run([sys.executable, "-c", "import json, decimal; d=[json.dumps({'a': i}) for i in range(50000)]"],
+                   env=env, check=True, timeout=120)
+    protos = list(tmp_path.glob("py.*.f.heap.pb.gz"))
+    assert protos
+    pb = Profile()
+    pb.ParseFromString(gzip.decompress(max(protos, key=lambda p: p.stat().st_size).read_bytes()))
+    assert len(pb.string_table) > 150 and len(pb.function) > 100
