@@ -12,7 +12,8 @@ PY=${PYTHON:-python3}
 APT_PKGS=(build-essential cmake ninja-build valgrind
           libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
           redis-server redis-tools sqlite3 stress-ng clang libclang-rt-14-dev
-          time)   # GNU time: the workloads' own peak RSS (see tools/README.md)
+           time    # GNU time: the workloads' own peak RSS (see tools/README.md)
+          libjemalloc-dev)  # jeprof: the heap profiler's heap_v2 dumps are checked with it
 APT_PKGS+=(prometheus-node-exporter)  # introspection test: scrapes strata's stats_file
 # issue 12: strata bench's experiments (nginx driven by wrk; javac/java for the JVM one).
 APT_PKGS+=(nginx wrk openjdk-17-jdk-headless)
@@ -81,6 +82,9 @@ py_missing=()
 has_module matplotlib || py_missing+=(matplotlib)
 has_module pytest || py_missing+=(pytest)
 has_module prometheus_client || py_missing+=(prometheus_client)  # introspection test's parsers
+# strata prof: pprof's profile.proto (protobuf) and ELF symbol tables (pyelftools).
+has_module google.protobuf || py_missing+=(protobuf)
+has_module elftools || py_missing+=(pyelftools)
 if [ ${#py_missing[@]} -gt 0 ]; then
   echo "install-deps.sh: pip install ${py_missing[*]}"
   pip_install "${py_missing[@]}"

@@ -31,6 +31,23 @@ static inline void alloc_fill(void *p, size_t usize, bool zero) {
   if (unlikely(opt.junk & JUNK_ALLOC) && !zero) memset(p, 0xa5, usize);
 }
 
+/* ialloc's arena path with heap profiling: the bytes count toward the next sample, and
+ * this block may be it. Out of line, so that ialloc's registers do not change. */
+static NOINLINE void *ialloc_arena_prof(tsd_t *tsd, arena_t *a, szind_t ind, bool zero) {
+  size_t usize = sz_size[ind];
+  void *p = NULL;
+  prof_take(usize);
+  if (a == NULL) {
+    p = NULL;
+  } else if (ind <= SZ_NSMALL) {
+    p = arena_small_alloc(a, ind, zero || opt.zero);
+  } else {
+    p = arena_large_alloc(a, usize, 0, zero || opt.zero);
+  }
+  prof_after(tsd, p, usize);
+  return p;
+}
+
 /* Allocate class ind; explicit is the MALLOCX_ARENA arena or NULL; use_tcache false for
  * MALLOCX_TCACHE_NONE. */
 static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t *explicit) {
@@ -62,7 +79,9 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
   }
   {
     arena_t *a = explicit ? explicit : tsd_arena(tsd, usize);
-    if (a == NULL) {
+    if (unlikely(prof_on)) {
+      p = ialloc_arena_prof(tsd, a, ind, zero);
+    } else if (a == NULL) {
       p = NULL;
     } else if (ind <= SZ_NSMALL) {
       p = arena_small_alloc(a, ind, zero || opt.zero);
@@ -91,7 +110,9 @@ static void *ialloc_aligned(tsd_t *tsd, size_t size, size_t align, bool zero, bo
   arena_t *a = explicit && !tsd->in_hook ? explicit : tsd_arena(tsd, usize);
   if (a == NULL) return NULL;
   tsd->reentrant = 1;
+  if (unlikely(prof_on)) prof_take(usize);
   void *p = arena_large_alloc(a, usize, align, zero || opt.zero);
+  if (unlikely(prof_on)) prof_after(tsd, p, usize);
   tsd->reentrant = 0;
   if (p) {
     tsd->allocated += usize;
@@ -125,7 +146,11 @@ static inline edata_t *lookup_owned(const void *p, szind_t *ind, const char *fun
   return ed;
 }
 
-static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
+/* Heap profiling: a sampled block leaves the live set (re-entered from a signal handler,
+ * the block is kept, leaked, so the set never names freed memory: returns true); a block
+ * may enter the cache only if its bytes are reserved against the next sample (prof.c). */
+static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void *p, edata_t *ed, szind_t ind,
+                                                               bool use_tcache) {
   size_t usize = sz_size[ind];
   if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("free", p);
   if (unlikely(opt.junk & JUNK_FREE)) memset(p, 0x5a, usize);
@@ -178,6 +203,33 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
   /* Background threads are created here, with no strata state in progress on this
    * thread (pthread_create may call malloc). */
   if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
+}
+
+/* Heap profiling: a sampled block leaves the live set (re-entered from a signal handler,
+ * the block is kept, leaked, so the set never names freed memory); a cacheable block goes
+ * to the stash, which the fast path cannot pop (prof.c). Out of line, so that idalloc's
+ * code does not change with prof:false. */
+static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
+  if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("free", p);
+  if (unlikely(prof_is_sampled(ed)) && prof_free_sampled(tsd, p, ed)) return;
+  if (unlikely(prof_want_thread)) prof_free_hook();
+  /* Where idalloc's cache path would push, the block goes to the stash (tcache.c). */
+  if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant && tsd->state == TSD_ACTIVE)) {
+    if (likely(tcache_prof_stash_push(tsd->tcache, ind, p))) {
+      tsd->deallocated += sz_size[ind];
+      return;
+    }
+    use_tcache = false; /* stash full: to the arena */
+  }
+  idalloc_body(tsd, p, ed, ind, use_tcache);
+}
+
+static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
+  if (unlikely(prof_on)) {
+    idalloc_prof(tsd, p, ed, ind, use_tcache);
+    return;
+  }
+  idalloc_body(tsd, p, ed, ind, use_tcache);
 }
 
 /* ---------------------------------------------------------------- malloc / free */
@@ -315,12 +367,15 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
   bool aligned_ok = align == 0 || ((uintptr_t)p & (align - 1)) == 0;
   if (aligned_ok && explicit == NULL) {
     if (usize == old_usize) return p;
-    if (old_ind > SZ_NSMALL && usize > SZ_SMALL_MAX && !tsd->reentrant) {
+    /* In place only for blocks the profiler does not hold (a sampled one moves). */
+    if (old_ind > SZ_NSMALL && usize > SZ_SMALL_MAX && !tsd->reentrant && !(prof_on && prof_is_sampled(ed))) {
       tsd->reentrant = 1;
+      if (unlikely(prof_on)) prof_take(usize);
       bool fail = arena_large_resize(ed, usize);
       void *q = NULL;
       if (fail && usize > old_usize && old_usize >= REMAP_MIN)
         q = arena_large_remap(ed, usize);
+      if (unlikely(prof_on)) prof_after(tsd, (!fail || q) ? (q ? q : p) : NULL, usize);
       tsd->reentrant = 0;
       if (!fail || q) {
         tsd->allocated += usize;

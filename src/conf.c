@@ -5,6 +5,7 @@
  * value, the source and what is accepted; abort_conf:true makes any problem fatal.
  * Runs during initialisation: no stdio, no getenv-before-libc assumptions, no malloc.
  */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,11 +46,11 @@ static const char *const known_keys =
     "narenas, tcache, tcache_max, oversize_threshold, retain, junk, zero, abort, abort_conf, confirm_conf, "
     "dirty_decay_ms, muzzy_decay_ms, background_thread, max_background_threads, thp, metadata_thp, "
     "limit_headroom, stats_print, stats_print_opts, stats_file, stats_interval_ms, stats_metrics_detail, "
-    "guard_sample_interval, commit_limit, tcache_total_max";
+    "guard_sample_interval, commit_limit, tcache_total_max, prof, prof_active, prof_thread_active_init, "
+    "lg_prof_sample, prof_prefix, lg_prof_interval, prof_gdump, prof_final, prof_leak, prof_accum, "
+    "prof_format, prof_signal";
 /* jemalloc options a later version of strata implements: accepted and ignored, with a note. */
-static const char *const later_keys[] = {"percpu_arena", "prof", "prof_active",
-                                         "lg_prof_sample", "lg_prof_interval", "prof_prefix",
-                                         "lg_tcache_max", NULL};
+static const char *const later_keys[] = {"percpu_arena", "lg_tcache_max", NULL};
 
 static void report(const char *what, const char *key, size_t klen, const char *val, size_t vlen,
                    const char *source, const char *accepted) {
@@ -105,6 +106,86 @@ static bool parse_size(const char *v, size_t n, uint64_t max, uint64_t *out) {
   }
   if (x > max) return false;
   *out = x;
+  return true;
+}
+
+/* Heap profiling options (prof.c); true if k is one of them. Kept in one block. */
+static bool conf_parse_prof(const char *k, size_t klen, const char *v, size_t vlen, const char *source,
+                            int *problems) {
+  prof_opt_t *po = &prof_opt;
+  bool b;
+  uint64_t x;
+  bool *dst = key_is(k, klen, "prof")                      ? &po->prof
+              : key_is(k, klen, "prof_active")             ? &po->active
+              : key_is(k, klen, "prof_thread_active_init") ? &po->thread_active_init
+              : key_is(k, klen, "prof_gdump")              ? &po->gdump
+              : key_is(k, klen, "prof_final")              ? &po->final
+              : key_is(k, klen, "prof_leak")               ? &po->leak
+              : key_is(k, klen, "prof_accum")              ? &po->accum
+                                                           : NULL;
+  if (dst) {
+    if (parse_bool(v, vlen, &b)) {
+      *dst = b;
+    } else {
+      report("invalid value", k, klen, v, vlen, source, "true, false");
+      (*problems)++;
+    }
+  } else if (key_is(k, klen, "lg_prof_sample")) {
+    if (vlen <= 2 && parse_size(v, vlen, 62, &x)) {
+      po->lg_sample = (unsigned)x;
+    } else {
+      report("invalid value", k, klen, v, vlen, source, "an integer from 0 to 62 (log2 of the mean bytes between samples)");
+      (*problems)++;
+    }
+  } else if (key_is(k, klen, "lg_prof_interval")) {
+    if (vlen == 2 && memcmp(v, "-1", 2) == 0) {
+      po->lg_interval = -1;
+    } else if (vlen <= 2 && parse_size(v, vlen, 62, &x)) {
+      po->lg_interval = (int)x;
+    } else {
+      report("invalid value", k, klen, v, vlen, source, "-1 (off) or an integer from 0 to 62 (log2 of bytes between dumps)");
+      (*problems)++;
+    }
+  } else if (key_is(k, klen, "prof_prefix")) {
+    if (vlen > 0 && vlen < sizeof(po->prefix) - 128) {
+      memcpy(po->prefix, v, vlen);
+      po->prefix[vlen] = '\0';
+    } else {
+      report("invalid value", k, klen, v, vlen, source, "a non-empty path prefix of at most 127 characters");
+      (*problems)++;
+    }
+  } else if (key_is(k, klen, "prof_format")) {
+    if (vlen == 8 && memcmp(v, "jemalloc", 8) == 0) {
+      po->format = PROF_FMT_JEMALLOC;
+    } else if (vlen == 5 && memcmp(v, "pprof", 5) == 0) {
+      po->format = PROF_FMT_PPROF;
+    } else if (vlen == 4 && memcmp(v, "both", 4) == 0) {
+      po->format = PROF_FMT_JEMALLOC | PROF_FMT_PPROF;
+    } else {
+      report("invalid value", k, klen, v, vlen, source, "jemalloc, pprof, both");
+      (*problems)++;
+    }
+  } else if (key_is(k, klen, "prof_signal")) {
+    static const struct { const char *name; int sig; } sigs[] = {
+        {"off", 0}, {"false", 0}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGPROF", SIGPROF},
+        {"SIGURG", SIGURG}, {"SIGWINCH", SIGWINCH}, {"SIGHUP", SIGHUP}, {"SIGTTIN", SIGTTIN},
+        {"SIGTTOU", SIGTTOU}, {NULL, 0}};
+    int found = -1;
+    for (int i = 0; sigs[i].name; i++) {
+      const char *n = sigs[i].name;
+      if (key_is(v, vlen, n) || (n[0] == 'S' && key_is(v, vlen, n + 3))) found = sigs[i].sig;
+    }
+    if (found < 0 && parse_size(v, vlen, 64, &x) && x >= 1 && x != SIGKILL && x != SIGSTOP) found = (int)x;
+    if (found >= 0) {
+      po->signal = found;
+    } else {
+      report("invalid value", k, klen, v, vlen, source,
+             "off, SIGUSR1, SIGUSR2, SIGPROF, SIGURG, SIGWINCH, SIGHUP, SIGTTIN, SIGTTOU or a signal number");
+      (*problems)++;
+    }
+  } else {
+    return false;
+  }
   return true;
 }
 
@@ -258,6 +339,8 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
         report("invalid value", k, klen, v, vlen, source, "true, false, alloc, free");
         problems++;
       }
+    } else if (conf_parse_prof(k, klen, v, vlen, source, &problems)) {
+      /* done */
     } else {
       bool *dst = key_is(k, klen, "tcache")         ? &o->tcache
                   : key_is(k, klen, "retain")       ? &o->retain

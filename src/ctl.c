@@ -582,6 +582,16 @@ static const ctl_node_t n_opt[] = {
     LEAF_H("limit_headroom", CT_SIZE, ctl_opt_limit_headroom, 0, "bytes under the cgroup limit where purging starts (strata)"),
     LEAF_H("guard_sample_interval", CT_SIZE, guard_ctl_sample_interval, 0, "1 in N fresh allocations guarded, 0 off (strata)"),
     LEAF_H("tcache_total_max", CT_SIZE, tcache_ctl_total_max, 0, "bytes all thread caches may hold together, 0 no cap (strata)"),
+    LEAF_H("prof", CT_BOOL, prof_ctl_opt_prof, 0, "heap profiling"),
+    LEAF_H("prof_active", CT_BOOL, prof_ctl_opt_prof_active, 0, "sampling active at start"),
+    LEAF_H("prof_thread_active_init", CT_BOOL, prof_ctl_opt_thread_active_init, 0, "sampling active for new threads"),
+    LEAF_H("lg_prof_sample", CT_SIZE, prof_ctl_opt_lg_sample, 0, "mean bytes between samples, log2"),
+    LEAF_H("prof_prefix", CT_STR, prof_ctl_opt_prefix, 0, "dump file prefix"),
+    LEAF_H("lg_prof_interval", CT_SSIZE, prof_ctl_opt_lg_interval, 0, "a dump every 2^N bytes allocated, -1 none"),
+    LEAF_H("prof_gdump", CT_BOOL, prof_ctl_opt_gdump, 0, "a dump at each new high-water mark"),
+    LEAF_H("prof_final", CT_BOOL, prof_ctl_opt_final, 0, "a dump at exit"),
+    LEAF_H("prof_leak", CT_BOOL, prof_ctl_opt_leak, 0, "a leak summary at exit"),
+    LEAF_H("prof_accum", CT_BOOL, prof_ctl_opt_accum, 0, "accumulated counts in dumps"),
     LEAF_H("junk", CT_STR, h_opt_junk, 0, "junk filling"),
     LEAF_C("zero", CT_BOOL, &opt.zero, "zero every allocation"),
     LEAF_C("experimental_infallible_new", CT_BOOL, &b_false, "abort when operator new fails"),
@@ -599,6 +609,10 @@ static const ctl_node_t n_thread_tcache[] = {
     LEAF_H("enabled", CT_BOOL, h_tcache_enabled, F_NOPRINT, "this thread's cache is on"),
     LEAF_H("flush", CT_VOID, h_tcache_flush, F_NOPRINT, "flush this thread's cache"),
     END};
+static const ctl_node_t n_thread_prof[] = {
+    LEAF_H("name", CT_STR, prof_ctl_thread_name, F_NOPRINT, "this thread's name in heap profiles"),
+    LEAF_H("active", CT_BOOL, prof_ctl_thread_active, F_NOPRINT, "sampling on for this thread"),
+    END};
 /* thread.allocated and thread.deallocated are positions 1 and 2: h_thread_counts tells
  * them apart by mib[1]. */
 static const ctl_node_t n_thread[] = {
@@ -607,6 +621,7 @@ static const ctl_node_t n_thread[] = {
     LEAF_H("deallocated", CT_U64, h_thread_counts, F_NOPRINT, "bytes this thread freed"),
     DIR("tcache", n_thread_tcache),
     LEAF_H("idle", CT_VOID, h_thread_idle, F_NOPRINT, "flush the cache and purge what decay allows"),
+    DIR("prof", n_thread_prof),
     END};
 
 static const ctl_node_t n_arena_i_kids[] = {
@@ -646,6 +661,14 @@ static const ctl_node_t n_arenas[] = {
     LEAF_H("create", CT_UNSIGNED, au_arenas_create, F_NOPRINT, "make a user arena (optionally with extent hooks)"),
     LEAF_H("dirty_decay_ms", CT_SSIZE, ctl_arenas_dirty_decay_ms, 0, "dirty decay time of arenas made from now on"),
     LEAF_H("muzzy_decay_ms", CT_SSIZE, ctl_arenas_muzzy_decay_ms, 0, "muzzy decay time of arenas made from now on"),
+    END};
+static const ctl_node_t n_prof[] = {
+    LEAF_H("active", CT_BOOL, prof_ctl_active, F_NOPRINT, "sampling on"),
+    LEAF_H("dump", CT_STR, prof_ctl_dump, F_NOPRINT, "write a heap profile (a path, or NULL for the next default name)"),
+    LEAF_H("gdump", CT_BOOL, prof_ctl_gdump, F_NOPRINT, "a dump at each new high-water mark"),
+    LEAF_H("reset", CT_SIZE, prof_ctl_reset, F_NOPRINT, "forget every sample (optionally a new lg_sample)"),
+    LEAF_H("lg_sample", CT_SIZE, prof_ctl_lg_sample, F_NOPRINT, "mean bytes between samples, log2"),
+    LEAF_H("interval", CT_U64, prof_ctl_interval, F_NOPRINT, "bytes between interval dumps"),
     END};
 static const ctl_node_t n_tcache[] = {
     LEAF_H("create", CT_UNSIGNED, au_tcache_create, F_NOPRINT, "make an explicit cache (MALLOCX_TCACHE)"),
@@ -780,6 +803,7 @@ static const ctl_node_t n_root[] = {
     DIR("arenas", n_arenas),
     DIR("stats", n_stats),
     {.name = "tcache", .kids = n_tcache, .nkids = NKIDS(n_tcache), .flags = F_NOPRINT},
+    {.name = "prof", .kids = n_prof, .nkids = NKIDS(n_prof), .flags = F_NOPRINT},
     LEAF_H("background_thread", CT_BOOL, ctl_background_thread, 0, "background purging threads are on"),
     LEAF_H("max_background_threads", CT_SIZE, ctl_max_background_threads, 0, "most background threads"),
     /* Rows for other branches go here (see docs/introspection.md, "Adding a name"). */

@@ -44,6 +44,7 @@ bool strata_init(void) {
   conf_init();
   arenas_dirty_decay_ms = opt.dirty_decay_ms;
   arenas_muzzy_decay_ms = opt.muzzy_decay_ms;
+  prof_boot();
   sz_init();
   narenas = opt.narenas ? opt.narenas : 4 * os_ncpus;
   if (narenas > 4095) narenas = 4095;
@@ -68,6 +69,7 @@ bool strata_init(void) {
   if (pthread_key_create(&tsd_key, tcache_thread_exit) == 0) {
     __atomic_store_n(&tsd_key_ready, true, __ATOMIC_RELEASE);
   }
+  prof_boot_late();
   return false;
 }
 
@@ -105,18 +107,23 @@ static void op_lock(mtx_t *m) { mtx_lock(m); }
 static void op_unlock(mtx_t *m) { mtx_unlock(m); }
 static void op_reinit(mtx_t *m) { mtx_init(m); }
 
+/* The profiler's locks (prof_dump_lock, prof_lock; prof.c nests meta_lock) come right
+ * after bg_lock. */
 static void fork_prepare(void) {
   bg_prefork(); /* bg_lock comes first: toggling holds it while it joins threads */
+  prof_prefork();
   fork_locks(op_lock, false);
 }
 static void fork_parent(void) {
   fork_locks(op_unlock, true);
   bg_postfork_parent();
+  prof_postfork(false);
 }
 
 static void fork_child(void) {
   fork_locks(op_reinit, true);
   bg_postfork_child();
+  prof_postfork(true);
   /* Only the forking thread exists in the child: other threads' caches stay allocated
    * (their regions are lost to the child, as with every allocator) but are unlisted so
    * that nothing walks them. The caller's own cache stays live. */

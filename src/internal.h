@@ -217,14 +217,15 @@ struct edata_s {
     uint64_t *bitmap;  /* slab: 1 bit per region, 1 = free */
     uint64_t dirty_ns; /* dirty/muzzy extent: when it entered its state */
   };
-  uint32_t nfree;      /* slab: free regions */
+  uint16_t nfree;      /* slab: free regions (nregs <= 4096: sz_init checks) */
   uint16_t szind;      /* active: size class */
   uint16_t arena_ind;  /* fixed for the edata's life: pools are per arena */
+  uint16_t bm_hint;    /* slab: first bitmap word that may hold a free bit */
+  uint16_t prof_nsampled; /* prof: sampled live blocks in this extent (atomic); 0 unless prof:true */
   uint8_t state;       /* ES_* */
   uint8_t slab;
   uint8_t zeroed;      /* contents known to be zero (fresh or purged pages) */
   uint8_t bucket;      /* eset bucket while free */
-  uint16_t bm_hint;    /* slab: first bitmap word that may hold a free bit */
   uint8_t committed;   /* hooked arenas: pages committed (always 1 for the OS source) */
 };
 
@@ -414,6 +415,7 @@ struct tcache_s {
    * start), back to the start over the global cap (jemalloc's lg_fill_div idea). */
   uint16_t fill[TCACHE_NBINS_MAX];
   size_t bytes;                  /* this cache's share of tcache_total */
+  void *prof_stash;              /* heap profiling only: freed blocks not yet poppable (tcache.c) */
 };
 enum { TSD_NOMINAL = 0, TSD_ACTIVE, TSD_NOCACHE, TSD_DEAD };
 typedef struct {
@@ -647,5 +649,84 @@ HIDDEN void bg_boot(void);              /* strata_init: background_thread from t
 HIDDEN void bg_prefork(void);
 HIDDEN void bg_postfork_parent(void);
 HIDDEN void bg_postfork_child(void);
+
+/* ------------------------------------------------------------------ prof.c, prof_dump.c */
+/*
+ * Heap profiling. With opt.prof (fixed at start) every free takes the slow path (the
+ * caches' align masks are all ones) and every byte a thread can pop from its cache is
+ * reserved against the bytes left before its next sample, so the fast malloc path needs
+ * no counter; see prof.c. With prof:false nothing here runs.
+ */
+enum { PROF_FMT_JEMALLOC = 1, PROF_FMT_PPROF = 2 };
+typedef struct {
+  bool prof, active, thread_active_init, gdump, final, leak, accum;
+  unsigned lg_sample;   /* 0..62 */
+  int lg_interval;      /* -1: no interval dumps */
+  unsigned format;      /* PROF_FMT_* bits */
+  int signal;           /* 0: none */
+  char prefix[256];
+} prof_opt_t;
+HIDDEN extern prof_opt_t prof_opt;
+HIDDEN extern bool prof_on;
+HIDDEN void prof_boot(void);      /* in strata_init, before tcache_boot */
+HIDDEN void prof_boot_late(void); /* after strata is ready: atexit, signal handler */
+HIDDEN void prof_take(size_t usize); /* an allocation not served from reserved cache bytes */
+HIDDEN unsigned prof_fill_limit(szind_t ind, unsigned want); /* takes the first; reserves the rest */
+HIDDEN void prof_credit_return(size_t bytes);   /* reserved bytes not used after all */
+HIDDEN extern bool prof_want_thread;            /* the dump thread is to be created */
+HIDDEN void prof_free_hook(void);               /* a free's slow path, outside strata: may malloc */
+/* tcache.c, for the profiler: frees go to a per-bin stash the fast path cannot pop; fills
+ * take from it; unreserve moves every cached block back to it. */
+typedef struct {
+  void *head[TCACHE_NBINS_MAX];
+  uint32_t n[TCACHE_NBINS_MAX];
+} prof_stash_t;
+HIDDEN prof_stash_t *tcache_prof_stash(tcache_t *tc); /* created on first use; NULL on OOM */
+static inline bool tcache_prof_stash_push(tcache_t *tc, szind_t ind, void *p) { /* false: full */
+  prof_stash_t *s = tc->prof_stash;
+  if (unlikely(s == NULL) && (s = tcache_prof_stash(tc)) == NULL) return false;
+  if (unlikely(s->n[ind] >= 2 * tbin_max[ind])) return false; /* full: to the arena */
+  if (ind <= SZ_NSMALL) TAG_WORD(p) = TAG_OF(p);
+  LINK_SET(p, s->head[ind]);
+  s->head[ind] = p;
+  s->n[ind]++;
+  return true;
+}
+HIDDEN void tcache_prof_unreserve(tcache_t *tc);
+HIDDEN void prof_after(tsd_t *tsd, void *p, size_t usize); /* records p if prof_take chose it */
+HIDDEN bool prof_free_sampled(tsd_t *tsd, void *p, edata_t *ed); /* true: leak p (re-entered) */
+static inline bool prof_is_sampled(const edata_t *ed) {
+  return __atomic_load_n(&ed->prof_nsampled, __ATOMIC_RELAXED) != 0;
+}
+HIDDEN void prof_prefork(void);
+HIDDEN void prof_postfork(bool child);
+HIDDEN ctl_handler_t prof_ctl_active, prof_ctl_dump, prof_ctl_gdump, prof_ctl_reset, prof_ctl_lg_sample,
+    prof_ctl_interval, prof_ctl_thread_name, prof_ctl_thread_active, prof_ctl_opt_prof,
+    prof_ctl_opt_prof_active, prof_ctl_opt_thread_active_init, prof_ctl_opt_lg_sample, prof_ctl_opt_prefix,
+    prof_ctl_opt_lg_interval, prof_ctl_opt_gdump, prof_ctl_opt_final, prof_ctl_opt_leak, prof_ctl_opt_accum;
+/* prof_dump.c: the writers. The caller holds prof_dump_lock; nothing here mallocs. */
+typedef struct prof_stack_s prof_stack_t;
+struct prof_stack_s {
+  prof_stack_t *next;      /* hash chain */
+  prof_stack_t *all_next;  /* every stack, newest first (dumps walk it) */
+  uint64_t hash;
+  uint32_t depth;
+  /* Guarded by prof_lock. Raw sample counts (heap_v2) and unbiased estimates (pprof). */
+  uint64_t cur_objs, cur_bytes, acc_objs, acc_bytes;
+  double w_cur_objs, w_cur_bytes, w_acc_objs, w_acc_bytes;
+  uintptr_t frames[];      /* return addresses, innermost first */
+};
+typedef struct {           /* one stack's counters copied under prof_lock for a dump */
+  const prof_stack_t *st;
+  uint64_t cur_objs, cur_bytes, acc_objs, acc_bytes;
+  double w_cur_objs, w_cur_bytes, w_acc_objs, w_acc_bytes;
+} prof_snap_t;
+HIDDEN extern mtx_t prof_dump_lock;
+HIDDEN uint64_t prof_exp_draw(uint64_t *rng, uint64_t mean); /* for the unit tests too */
+HIDDEN prof_stack_t *prof_stack_intern(const uintptr_t *frames, unsigned n); /* prof_lock held */
+HIDDEN prof_snap_t *prof_snapshot(size_t *n, size_t *map_bytes); /* os_map'ed; os_unmap(map_bytes) */
+HIDDEN bool prof_dump_heap_v2(const char *path, const prof_snap_t *s, size_t n, uint64_t period);
+HIDDEN bool prof_dump_pprof(const char *path, const prof_snap_t *s, size_t n, uint64_t period);
+HIDDEN void prof_leak_report(const prof_snap_t *s, size_t n, uint64_t period);
 
 #endif /* STRATA_INTERNAL_H */

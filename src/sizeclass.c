@@ -75,6 +75,7 @@ void sz_init(void) {
     bi->size = size;
     bi->slab_size = best;
     bi->nregs = (uint32_t)(best / size);
+    if (bi->nregs > UINT16_MAX) strata_fatal("slab geometry: more regions than edata_t.nfree holds");
     bi->bm_words = (bi->nregs + 63) / 64;
     bi->div_magic = (((uint64_t)1 << 32) + size - 1) / size;
     bi->pow2 = (size & (size - 1)) == 0 && size <= os_page;

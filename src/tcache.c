@@ -71,10 +71,13 @@ void tcache_boot(void) {
 
 /* Every bin empty, with its room and alignment check. */
 static void tcache_reset_bins(tcache_t *tc) {
+  void *stash = tc->prof_stash; /* a pooled cache keeps its (empty) profiler stash */
   memset(tc, 0, sizeof(*tc));
+  tc->prof_stash = stash;
   for (szind_t i = 1; i < tcache_nbins; i++) {
     tc->bins[i].avail = tbin_max[i];
-    tc->bins[i].align_mask = tbin_align_mask[i];
+    /* Heap profiling counts every free (prof.c): no pointer passes an all-ones mask. */
+    tc->bins[i].align_mask = unlikely(prof_on) ? UINT32_MAX : tbin_align_mask[i];
     tc->fill[i] = tbin_fill_init[i];
   }
   tc->gc_every = GC_INTERVAL;
@@ -235,7 +238,10 @@ static void tcache_event(tcache_t *tc, szind_t ind) {
   tc->events[g] = 0;
 }
 
+static void *alloc_hard_prof(tcache_t *tc, szind_t ind);
+
 void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
+  if (unlikely(prof_on)) return alloc_hard_prof(tc, ind);
   tbin_t *b = &tc->bins[ind];
   void *p;
   if (ind <= SZ_NSMALL) {
@@ -252,6 +258,93 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
     p = arena_large_alloc(tc->arena, sz_size[ind], 0, false);
   }
   tcache_event(tc, ind);
+  return p;
+}
+
+/* ---------------------------------------------------------------- heap profiling */
+/*
+ * With prof:true (prof.c) every free takes the slow path, which puts the block in this
+ * stash instead of the bin's list: the malloc fast path pops only blocks whose bytes are
+ * reserved against the thread's next sample. Fills take from the stash first (no arena
+ * trip); when the reservation must be given back, the bins' lists move to the stash.
+ */
+prof_stash_t *tcache_prof_stash(tcache_t *tc) {
+  if (tc->prof_stash == NULL) tc->prof_stash = meta_alloc(sizeof(prof_stash_t));
+  return tc->prof_stash;
+}
+#define stash_get tcache_prof_stash
+
+/* Up to n blocks off the stash's list, linked, NULL-terminated; the count taken. */
+static unsigned stash_take(prof_stash_t *s, szind_t ind, unsigned n, void **head) {
+  if (s == NULL || s->n[ind] == 0) return 0;
+  if (n > s->n[ind]) n = s->n[ind];
+  void *first = s->head[ind], *last = first;
+  for (unsigned i = 1; i < n; i++) last = link_next(last, ind);
+  s->head[ind] = link_next(last, ind);
+  LINK_SET(last, NULL);
+  s->n[ind] -= n;
+  *head = first;
+  return n;
+}
+
+void tcache_prof_unreserve(tcache_t *tc) {
+  prof_stash_t *s = stash_get(tc);
+  for (szind_t i = 1; i < tcache_nbins; i++) {
+    tbin_t *b = &tc->bins[i];
+    uint32_t n = tbin_count(b, i);
+    if (n == 0) continue;
+    if (s == NULL) {
+      tcache_flush_bin(tc, i, 0);
+      continue;
+    }
+    void *last = b->head;
+    for (uint32_t k = 1; k < n; k++) last = link_next(last, i);
+    LINK_SET(last, s->head[i]);
+    s->head[i] = b->head;
+    s->n[i] += n;
+    b->head = NULL;
+    b->avail = tbin_max[i];
+  }
+}
+
+/* Everything in the stash back to the arenas (tcache_flush_all: exit, trim, flush). */
+static void stash_drain(tcache_t *tc) {
+  prof_stash_t *s = tc->prof_stash;
+  for (szind_t i = 1; i < tcache_nbins; i++) {
+    tbin_t *b = &tc->bins[i];
+    void *head;
+    unsigned got;
+    while ((got = stash_take(s, i, tbin_max[i] - tbin_count(b, i), &head)) != 0) {
+      void *last = head;
+      while (LINK_DEC(last)) last = link_next(last, i);
+      LINK_SET(last, b->head);
+      b->head = head;
+      b->avail -= got;
+      tcache_flush_bin(tc, i, 0);
+    }
+  }
+}
+
+/* The fill holds only as many blocks as the bytes left before the thread's next sample
+ * allow (prof_fill_limit); the returned block may be the sampled one. */
+static NOINLINE void *alloc_hard_prof(tcache_t *tc, szind_t ind) {
+  tbin_t *b = &tc->bins[ind];
+  size_t usize = sz_size[ind];
+  void *p = NULL;
+  if (ind <= SZ_NSMALL) {
+    unsigned want = prof_fill_limit(ind, tbin_max[ind] / 2 ? tbin_max[ind] / 2 : 1);
+    unsigned got = stash_take(tc->prof_stash, ind, want, &p);
+    if (got == 0) got = bin_fill_list(tc->arena, ind, &p, want);
+    if (got < want) prof_credit_return((size_t)(want - (got ? got : 1)) * usize);
+    if (got == 0) return NULL;
+    b->head = link_next(p, ind);
+    b->avail -= got - 1;
+  } else {
+    prof_take(usize);
+    if (stash_take(tc->prof_stash, ind, 1, &p) == 0) p = arena_large_alloc(tc->arena, usize, 0, false);
+  }
+  tcache_event(tc, ind);
+  prof_after(&strata_tsd, p, usize);
   return p;
 }
 
@@ -284,6 +377,7 @@ void tcache_flush_all(tcache_t *tc) {
     tcache_flush_bin(tc, i, 0);
     tcache_publish(tc, i);
   }
+  if (unlikely(tc->prof_stash != NULL)) stash_drain(tc);
 }
 
 /* Unlist a flushed cache and keep it for the next thread. */

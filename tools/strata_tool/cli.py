@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import __version__, bench, launch, statsview
+from . import __version__, bench, launch, prof, statsview
 
 # (name, module, one-line help). Each module exposes add_arguments(parser).
 SUBCOMMANDS = (
@@ -16,6 +16,7 @@ SUBCOMMANDS = (
                      "benchmark workloads and Redis; writes results.json and report.md"),
     ("run", launch, "run a command with strata preloaded and the given options"),
     ("stats", statsview, "read strata's statistics: show FILE, diff A B, watch -- CMD"),
+    ("prof", prof, "heap profiles: record a program, top, flame graph, diff two dumps, leaks"),
 )
 
 

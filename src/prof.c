@@ -1,0 +1,782 @@
+/*
+ * prof.c - heap profiling: the sampler, backtraces, the stack table and the live set of
+ * sampled blocks, prof.reset, dump triggers (prof.dump, interval, high-water mark,
+ * signal, exit) and the prof mallctls. The writers are in prof_dump.c.
+ *
+ * Sampling without a fast-path counter. jemalloc counts bytes down on every allocation;
+ * strata's malloc fast path has no counter to spare (thread.allocated is derived from the
+ * caches' nmalloc counts). Instead each thread holds `credit`: bytes that may still be
+ * allocated, or made poppable from its cache, before its next sample. Frees go to a
+ * per-bin stash the fast path cannot pop (tcache.c); a fill takes from it (else from the
+ * arena) and reserves the bytes of the blocks it puts in the bin's list, and an
+ * allocation not served from reserved blocks spends its own bytes (prof_take). Pops need
+ * no check: they spend reserved bytes. When credit runs out the bins' lists move to the
+ * stash (releasing every reservation, so credit is exactly the bytes left), and if the
+ * allocation still does not fit it is the sampled one:
+ * the same decision as jemalloc's countdown, exact, with exponential intervals. Flushes
+ * are not told: credit is a lower bound (threshold - thread.allocated - cached bytes),
+ * recomputed from the caches' counts whenever it looks short.
+ * A fast free would let a popped block be pushed and popped again without a reservation
+ * (a malloc/free ping-pong has no slow path at all), so with prof:true every free takes
+ * the slow path: the caches' align masks are all ones. prof:false changes nothing.
+ * Sampled small blocks stay in their slab; the slab's edata counts them (prof_nsampled),
+ * so a free looks in the live set only when its extent holds a sampled block.
+ * Lock order: prof_dump_lock, then prof_lock, then meta_lock. prof_lock is held only with
+ * tsd->reentrant set, so a signal handler's free leaks rather than deadlocks.
+ */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <unwind.h>
+#include <link.h>
+#include <linux/futex.h>
+
+#include "internal.h"
+
+prof_opt_t prof_opt = {
+    .prof = false,
+    .active = true,
+    .thread_active_init = true,
+    .lg_sample = 19, /* jemalloc's default: 512 KiB */
+    .lg_interval = -1,
+    .format = PROF_FMT_JEMALLOC,
+    .signal = 0,
+    .prefix = "jeprof",
+};
+bool prof_on;
+
+/* Frames kept per stack: deep enough for real call chains, bounded so a sample costs a
+ * known time (jemalloc keeps 128; 64 covered every stack of the test programs). */
+#define PROF_DEPTH 64
+/* Stack table: chained hash, 64K heads (512 KiB of untouched-until-used metadata). */
+#define STACK_LG_HEADS 16
+
+typedef struct {
+  int64_t credit;        /* lower bound of threshold - thread.allocated - cached bytes */
+  uint64_t threshold;    /* thread.allocated at which the next sample happens */
+  uint64_t interval;     /* length of the current sampling interval (for lg_prof_interval) */
+  uint64_t rng;
+  bool init, active, pending, busy;
+  char name[64];         /* thread.prof.name */
+} prof_tdata_t;
+static __thread prof_tdata_t prof_td __attribute__((tls_model("initial-exec")));
+
+static bool prof_active_now;        /* prof.active (atomic) */
+static unsigned prof_lg_sample_now; /* prof.lg_sample, set by prof.reset (atomic) */
+static bool prof_gdump_now;         /* prof.gdump (atomic) */
+
+static mtx_t prof_lock = MTX_INITIALIZER; /* the stack table and the live set */
+mtx_t prof_dump_lock = MTX_INITIALIZER;   /* one dump at a time; sequence numbers */
+
+static prof_stack_t **stack_heads;  /* [1 << STACK_LG_HEADS] */
+static prof_stack_t *stack_all;
+static size_t stack_count;
+
+typedef struct {
+  uintptr_t p;           /* 0 empty, 1 deleted */
+  prof_stack_t *st;
+  size_t usize;
+  double w;              /* 1 / P(sampled) at the rate of the sample */
+  uint64_t gen;          /* prof.reset generation */
+} live_t;
+static live_t *live;
+static size_t live_cap, live_used, live_tomb;
+static uint64_t live_gen;
+static double live_w_bytes, live_w_peak; /* unbiased in-use bytes and its high-water mark */
+
+/* Interval dumps ride on the sampler: each finished sampling interval adds its length. */
+static uint64_t interval_bytes, interval_next;
+static uint32_t dump_req;   /* futex word: REQ_* bits for the dump thread */
+enum { REQ_INTERVAL = 1, REQ_GDUMP = 2, REQ_SIGNAL = 4 };
+static bool dump_thread_started;
+static pid_t dump_thread_pid;
+
+/* Per-process uniquifiers: <prefix>.<pid>.<seq>.<kind><kseq>.heap (guarded by prof_dump_lock). */
+static uint64_t dump_seq, dump_mseq, dump_iseq, dump_useq;
+
+static void dump_thread_start(void);
+static void dump_wake(void);
+
+/* ---------------------------------------------------------------- sampler */
+static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
+  uint64_t x = *s;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *s = x;
+  return x * 0x2545f4914f6cdd1dULL;
+}
+
+static uint64_t sample_mean(void) {
+  return (uint64_t)1 << __atomic_load_n(&prof_lg_sample_now, __ATOMIC_RELAXED);
+}
+
+/* An exponentially distributed interval with the given mean, at least 1 byte. */
+uint64_t prof_exp_draw(uint64_t *rng, uint64_t mean) {
+  if (mean == 1) return 1;
+  double u = ((double)(rng_next(rng) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
+  double v = -log(u) * (double)mean;
+  if (v < 1.0) v = 1.0;
+  if (v > 4e18) v = 4e18;
+  return (uint64_t)v;
+}
+
+static uint64_t draw_interval(prof_tdata_t *td) { return prof_exp_draw(&td->rng, sample_mean()); }
+
+/* thread.allocated: the slow paths' count plus the caches' fast-path pops. */
+static uint64_t thread_allocated(void) {
+  uint64_t al, de;
+  tcache_counts(&strata_tsd, &al, &de);
+  return al;
+}
+
+/* Bytes the thread's cache can hand out without a slow path. */
+static uint64_t cached_bytes(void) {
+  tsd_t *tsd = &strata_tsd;
+  if (tsd->state != TSD_ACTIVE) return 0;
+  uint64_t c = 0;
+  for (szind_t i = 1; i < tcache_nbins; i++) c += (uint64_t)tbin_count(&tsd->tcache->bins[i], i) * sz_size[i];
+  return c;
+}
+
+/* credit is kept as a lower bound: a flush (which only raises the true value) is not
+ * told; when credit looks short it is recomputed exactly. */
+static void credit_rescan(prof_tdata_t *td) {
+  td->credit = (int64_t)(td->threshold - thread_allocated() - cached_bytes());
+}
+
+static void td_init(prof_tdata_t *td) {
+  uint64_t seed = 0;
+  if (syscall(SYS_getrandom, &seed, sizeof(seed), 0) != (long)sizeof(seed)) seed = (uintptr_t)td;
+  seed ^= (uint64_t)os_gettid() * 0x9e3779b97f4a7c15ULL;
+  td->rng = seed ? seed : 1;
+  td->active = prof_opt.thread_active_init;
+  td->interval = draw_interval(td);
+  td->threshold = thread_allocated() + td->interval;
+  td->init = true;
+  credit_rescan(td);
+}
+
+static void interval_note(uint64_t bytes) {
+  if (prof_opt.lg_interval < 0) return;
+  uint64_t step = (uint64_t)1 << prof_opt.lg_interval;
+  uint64_t total = __atomic_add_fetch(&interval_bytes, bytes, __ATOMIC_RELAXED);
+  uint64_t next = __atomic_load_n(&interval_next, __ATOMIC_RELAXED);
+  if (total < next) return;
+  if (__atomic_compare_exchange_n(&interval_next, &next, (total / step + 1) * step, false, __ATOMIC_RELAXED,
+                                  __ATOMIC_RELAXED))
+    __atomic_or_fetch(&dump_req, REQ_INTERVAL, __ATOMIC_RELEASE);
+}
+
+bool prof_want_thread;
+
+void prof_free_hook(void) { /* called from idalloc, outside strata: may malloc */
+  if (__atomic_exchange_n(&prof_want_thread, false, __ATOMIC_ACQ_REL)) dump_thread_start();
+}
+
+void prof_credit_return(size_t bytes) { prof_td.credit += (int64_t)bytes; }
+
+void prof_take(size_t usize) {
+  prof_tdata_t *td = &prof_td;
+  if (unlikely(!td->init)) td_init(td);
+  if (likely(td->credit >= (int64_t)usize)) {
+    td->credit -= (int64_t)usize;
+    return;
+  }
+  /* Exact: blocks flushed since the last look count again. (This allocation is not in
+   * thread.allocated yet: its caller adds it after.) */
+  credit_rescan(td);
+  if (td->credit >= (int64_t)usize) {
+    td->credit -= (int64_t)usize;
+    return;
+  }
+  /* Release every reservation (the cached blocks move to the stash): credit becomes
+   * exactly the bytes left in the interval. */
+  tsd_t *tsd = &strata_tsd;
+  if (tsd->state == TSD_ACTIVE) tcache_prof_unreserve(tsd->tcache);
+  credit_rescan(td);
+  if (td->credit >= (int64_t)usize) {
+    td->credit -= (int64_t)usize;
+    return;
+  }
+  /* This allocation crosses the sampling point; the next one is an exponential draw
+   * after it. */
+  interval_note(td->interval);
+  td->interval = draw_interval(td);
+  td->threshold = thread_allocated() + usize + td->interval;
+  td->credit = (int64_t)td->interval;
+  td->pending = !td->busy && td->active && __atomic_load_n(&prof_active_now, __ATOMIC_RELAXED);
+}
+
+unsigned prof_fill_limit(szind_t ind, unsigned want) {
+  size_t s = sz_size[ind];
+  prof_take(s);
+  if (prof_td.pending || want <= 1) return 1;
+  /* An eighth of the credit at most: other classes' fills near the sampling point find some
+   * left, so the reservation moves back to the stash about once per interval. */
+  uint64_t room = (uint64_t)prof_td.credit / 8 / s;
+  unsigned extra = room < want - 1 ? (unsigned)room : want - 1;
+  prof_td.credit -= (int64_t)(extra * s);
+  return 1 + extra;
+}
+
+/* ---------------------------------------------------------------- backtraces */
+/*
+ * libgcc's unwinder (.eh_frame), not frame-pointer walking: Debian builds programs and
+ * libraries without frame pointers, where a frame-pointer walk stops at the first such
+ * frame or follows garbage (bench/prof/bt_cost.c measures both). _Unwind_Backtrace is
+ * called directly (never glibc's backtrace(), which dlopens libgcc_s and mallocs), with
+ * no strata lock held and tsd->reentrant set.
+ */
+typedef struct {
+  uintptr_t *frames;
+  unsigned n, max, skipping;
+} bt_state_t;
+static uintptr_t self_lo, self_hi; /* strata's own text: leading frames there are skipped */
+
+static _Unwind_Reason_Code bt_cb(struct _Unwind_Context *ctx, void *arg) {
+  bt_state_t *s = arg;
+  uintptr_t ip = (uintptr_t)_Unwind_GetIP(ctx);
+  if (ip == 0) return _URC_END_OF_STACK;
+  if (s->skipping) {
+    if (ip >= self_lo && ip < self_hi) return _URC_NO_REASON;
+    s->skipping = 0;
+  }
+  s->frames[s->n++] = ip;
+  return s->n >= s->max ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+static int self_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  uintptr_t me = (uintptr_t)arg;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+    if (me >= lo && me < hi) {
+      /* Linked statically into the program: its text is the program's too; skip only
+       * strata's entry frames by address of this file's functions instead. */
+      if (info->dlpi_name == NULL || info->dlpi_name[0] == '\0') return 1;
+      self_lo = lo;
+      self_hi = hi;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static unsigned prof_backtrace(uintptr_t *frames, unsigned max) {
+  if (self_hi == 0) {
+    dl_iterate_phdr(self_cb, (void *)(uintptr_t)&prof_backtrace);
+    if (self_hi == 0) self_hi = 1; /* static: nothing to skip by range */
+  }
+  bt_state_t s = {frames, 0, max, 1};
+  _Unwind_Backtrace(bt_cb, &s);
+  return s.n;
+}
+
+/* ---------------------------------------------------------------- tables (prof_lock held) */
+static uint64_t hash_frames(const uintptr_t *f, unsigned n) {
+  uint64_t h = 0xcbf29ce484222325ULL ^ n;
+  for (unsigned i = 0; i < n; i++) {
+    h ^= f[i];
+    h *= 0x100000001b3ULL;
+    h ^= h >> 29;
+  }
+  return h;
+}
+
+prof_stack_t *prof_stack_intern(const uintptr_t *f, unsigned n) {
+  if (stack_heads == NULL) {
+    stack_heads = meta_alloc(sizeof(prof_stack_t *) << STACK_LG_HEADS);
+    if (stack_heads == NULL) return NULL;
+  }
+  uint64_t h = hash_frames(f, n);
+  prof_stack_t **head = &stack_heads[h >> (64 - STACK_LG_HEADS)];
+  for (prof_stack_t *s = *head; s; s = s->next) {
+    if (s->hash == h && s->depth == n && memcmp(s->frames, f, n * sizeof(*f)) == 0) return s;
+  }
+  prof_stack_t *s = meta_alloc(sizeof(prof_stack_t) + n * sizeof(uintptr_t));
+  if (s == NULL) return NULL;
+  s->hash = h;
+  s->depth = n;
+  memcpy(s->frames, f, n * sizeof(*f));
+  s->next = *head;
+  *head = s;
+  s->all_next = stack_all;
+  __atomic_store_n(&stack_all, s, __ATOMIC_RELEASE);
+  stack_count++;
+  return s;
+}
+
+static size_t live_hash(uintptr_t p, size_t cap) { return (size_t)((p >> 4) * 0x9e3779b97f4a7c15ULL >> 20) & (cap - 1); }
+
+static live_t *live_find(uintptr_t p) {
+  if (live == NULL) return NULL;
+  for (size_t i = live_hash(p, live_cap);; i = (i + 1) & (live_cap - 1)) {
+    if (live[i].p == p) return &live[i];
+    if (live[i].p == 0) return NULL;
+  }
+}
+
+/* Room for one more entry; the table doubles into fresh metadata (the old one is
+ * abandoned: metadata is never returned, so the waste is at most the final size). */
+static bool live_grow(void) {
+  if (live != NULL && (live_used + live_tomb + 1) * 4 < live_cap * 3) return false;
+  size_t cap = live_cap ? live_cap : 1024;
+  if ((live_used + 1) * 2 >= cap) cap *= 2;
+  live_t *t = meta_alloc(cap * sizeof(live_t));
+  if (t == NULL) return true;
+  for (size_t i = 0; i < live_cap; i++) {
+    if (live[i].p <= 1) continue;
+    size_t j = live_hash(live[i].p, cap);
+    while (t[j].p) j = (j + 1) & (cap - 1);
+    t[j] = live[i];
+  }
+  live = t;
+  live_cap = cap;
+  live_tomb = 0;
+  return false;
+}
+
+static void live_remove(live_t *e) {
+  if (e->gen == live_gen) {
+    prof_stack_t *st = e->st;
+    st->cur_objs--;
+    st->cur_bytes -= e->usize;
+    st->w_cur_objs -= e->w;
+    st->w_cur_bytes -= e->w * (double)e->usize;
+    live_w_bytes -= e->w * (double)e->usize;
+  }
+  e->p = 1;
+  live_used--;
+  live_tomb++;
+}
+
+/* ---------------------------------------------------------------- sample and free */
+void prof_after(tsd_t *tsd, void *p, size_t usize) {
+  prof_tdata_t *td = &prof_td;
+  if (likely(!td->pending)) return;
+  td->pending = false;
+  if (p == NULL) return;
+  uintptr_t frames[PROF_DEPTH];
+  /* The caller (an allocation path) holds tsd->reentrant: a signal handler's malloc or
+   * free cannot enter strata, and so neither prof_lock, while this thread holds it. */
+  sassert(tsd->reentrant);
+  (void)tsd;
+  td->busy = true;
+  unsigned n = prof_backtrace(frames, PROF_DEPTH);
+  double rate = (double)sample_mean();
+  double w = 1.0 / (1.0 - exp(-(double)usize / rate));
+  edata_t *ed = rt_edata(rtree_read((uintptr_t)p));
+  bool gdump = false;
+  mtx_lock(&prof_lock);
+  prof_stack_t *st = prof_stack_intern(frames, n);
+  live_t *old = live_find((uintptr_t)p);
+  if (old) live_remove(old); /* freed unseen (a 4 GiB-aligned fast free): forget it */
+  if (st && !live_grow()) {
+    size_t i = live_hash((uintptr_t)p, live_cap);
+    while (live[i].p > 1) i = (i + 1) & (live_cap - 1);
+    if (live[i].p == 1) live_tomb--;
+    live[i] = (live_t){(uintptr_t)p, st, usize, w, live_gen};
+    live_used++;
+    st->cur_objs++;
+    st->cur_bytes += usize;
+    st->acc_objs++;
+    st->acc_bytes += usize;
+    st->w_cur_objs += w;
+    st->w_cur_bytes += w * (double)usize;
+    st->w_acc_objs += w;
+    st->w_acc_bytes += w * (double)usize;
+    live_w_bytes += w * (double)usize;
+    if (!old) __atomic_add_fetch(&ed->prof_nsampled, 1, __ATOMIC_RELAXED);
+    if (live_w_bytes > live_w_peak) {
+      live_w_peak = live_w_bytes;
+      gdump = __atomic_load_n(&prof_gdump_now, __ATOMIC_RELAXED);
+    }
+  } else if (old) {
+    __atomic_sub_fetch(&ed->prof_nsampled, 1, __ATOMIC_RELAXED);
+  }
+  mtx_unlock(&prof_lock);
+  if (gdump) __atomic_or_fetch(&dump_req, REQ_GDUMP, __ATOMIC_RELEASE);
+  td->busy = false;
+  if (__atomic_load_n(&dump_req, __ATOMIC_ACQUIRE)) {
+    /* Creating the thread mallocs: left to this thread's next free (prof_free_hook). */
+    if (__atomic_load_n(&dump_thread_started, __ATOMIC_ACQUIRE) && dump_thread_pid == getpid()) {
+      dump_wake();
+    } else {
+      __atomic_store_n(&prof_want_thread, true, __ATOMIC_RELEASE);
+    }
+  }
+}
+
+bool prof_free_sampled(tsd_t *tsd, void *p, edata_t *ed) {
+  if (tsd->reentrant) return true; /* a signal handler inside strata: keep p and its record */
+  tsd->reentrant = 1;
+  mtx_lock(&prof_lock);
+  live_t *e = live_find((uintptr_t)p);
+  if (e) {
+    live_remove(e);
+    __atomic_sub_fetch(&ed->prof_nsampled, 1, __ATOMIC_RELAXED);
+  }
+  mtx_unlock(&prof_lock);
+  tsd->reentrant = 0;
+  return false;
+}
+
+/* Counters of every stack, copied under prof_lock (frames are immutable). */
+prof_snap_t *prof_snapshot(size_t *n, size_t *map_bytes) {
+  tsd_t *tsd = tsd_fetch();
+  *n = 0;
+  if (tsd == NULL) return NULL;
+  uint8_t saved = tsd->reentrant;
+  tsd->reentrant = 1;
+  mtx_lock(&prof_lock);
+  size_t cap = stack_count + 1;
+  size_t bytes = (cap * sizeof(prof_snap_t) + os_page - 1) & ~(os_page - 1);
+  prof_snap_t *s = os_map(bytes, 0);
+  if (s) {
+    for (prof_stack_t *st = stack_all; st && *n < cap; st = st->all_next) {
+      if (st->cur_objs == 0 && st->acc_objs == 0) continue;
+      s[(*n)++] = (prof_snap_t){st, st->cur_objs, st->cur_bytes, st->acc_objs, st->acc_bytes,
+                                st->w_cur_objs, st->w_cur_bytes, st->w_acc_objs, st->w_acc_bytes};
+    }
+  }
+  mtx_unlock(&prof_lock);
+  tsd->reentrant = saved;
+  *map_bytes = bytes;
+  return s;
+}
+
+/* ---------------------------------------------------------------- dumps */
+static char *put_str(char *d, const char *s) {
+  while (*s) *d++ = *s++;
+  *d = '\0';
+  return d;
+}
+
+/* kind: 'm', 'i', 'u' (followed by their sequence) or 'f'. */
+static void dump_name(char *buf, size_t cap, char kind, uint64_t kseq) {
+  char num[24];
+  if (strlen(prof_opt.prefix) + 80 > cap) {
+    buf[0] = '\0';
+    return;
+  }
+  char *d = put_str(buf, prof_opt.prefix);
+  d = put_str(d, ".");
+  d = put_str(d, fmt_u64(num, (uint64_t)getpid()));
+  d = put_str(d, ".");
+  d = put_str(d, fmt_u64(num, dump_seq++));
+  *d++ = '.';
+  *d++ = kind;
+  *d = '\0';
+  if (kind != 'f') d = put_str(d, fmt_u64(num, kseq));
+  put_str(d, ".heap");
+}
+
+/* Writes the dump(s) for path in the configured formats; prof_dump_lock held. */
+static bool dump_write(const char *path) {
+  size_t n, bytes;
+  prof_snap_t *s = prof_snapshot(&n, &bytes);
+  if (s == NULL) return false;
+  uint64_t period = sample_mean();
+  bool fail = false;
+  if (prof_opt.format & PROF_FMT_JEMALLOC) fail |= prof_dump_heap_v2(path, s, n, period);
+  if (prof_opt.format & PROF_FMT_PPROF) {
+    char pb[512];
+    const char *target = path;
+    if (prof_opt.format & PROF_FMT_JEMALLOC) { /* both: the proto goes next to it */
+      size_t l = strlen(path);
+      if (l + 7 > sizeof(pb)) {
+        fail = true;
+        goto out;
+      }
+      memcpy(pb, path, l);
+      memcpy(pb + l, ".pb.gz", 7);
+      target = pb;
+    }
+    fail |= prof_dump_pprof(target, s, n, period);
+  }
+out:
+  os_unmap(s, bytes);
+  return fail;
+}
+
+static bool dump_kind(char kind) {
+  char path[512];
+  mtx_lock(&prof_dump_lock);
+  uint64_t k = kind == 'm' ? dump_mseq++ : kind == 'i' ? dump_iseq++ : kind == 'u' ? dump_useq++ : 0;
+  dump_name(path, sizeof(path), kind, k);
+  bool fail = path[0] == '\0' || dump_write(path);
+  mtx_unlock(&prof_dump_lock);
+  return fail;
+}
+
+/* The dump thread: interval, high-water and signal dumps are written here, never on an
+ * allocation path. Waits on a futex (async-signal-safe to wake). */
+static void *dump_thread(void *arg) {
+  (void)arg;
+  for (;;) {
+    uint32_t r = __atomic_exchange_n(&dump_req, 0, __ATOMIC_ACQ_REL);
+    if (r == 0) {
+      syscall(SYS_futex, &dump_req, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+      continue;
+    }
+    if (r & REQ_INTERVAL) dump_kind('i');
+    if (r & REQ_GDUMP) dump_kind('u');
+    if (r & REQ_SIGNAL) dump_kind('m');
+  }
+  return NULL;
+}
+
+static void dump_wake(void) { syscall(SYS_futex, &dump_req, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0); }
+
+/* Created on the first request (never inside the first malloc), again after fork. */
+static void dump_thread_start(void) {
+  pid_t pid = getpid();
+  if (__atomic_load_n(&dump_thread_started, __ATOMIC_ACQUIRE) && dump_thread_pid == pid) {
+    dump_wake();
+    return;
+  }
+  if (__atomic_exchange_n(&dump_thread_started, true, __ATOMIC_ACQ_REL) && dump_thread_pid == pid) {
+    dump_wake();
+    return;
+  }
+  dump_thread_pid = pid;
+  pthread_t t;
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  /* No signals for the dump thread: the program's handlers run on its own threads. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  if (pthread_create(&t, &at, dump_thread, NULL) != 0) __atomic_store_n(&dump_thread_started, false, __ATOMIC_RELEASE);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_attr_destroy(&at);
+}
+
+static void signal_handler(int sig) {
+  (void)sig;
+  int saved = errno;
+  __atomic_or_fetch(&dump_req, REQ_SIGNAL, __ATOMIC_RELEASE);
+  dump_wake();
+  errno = saved;
+}
+
+static void prof_exit(void) {
+  if (prof_opt.final) dump_kind('f');
+  if (prof_opt.leak) {
+    mtx_lock(&prof_dump_lock);
+    size_t n, bytes;
+    prof_snap_t *s = prof_snapshot(&n, &bytes);
+    if (s) {
+      prof_leak_report(s, n, sample_mean());
+      os_unmap(s, bytes);
+    }
+    mtx_unlock(&prof_dump_lock);
+  }
+}
+
+/* ---------------------------------------------------------------- boot, fork */
+void prof_boot(void) {
+  prof_on = prof_opt.prof;
+  prof_active_now = prof_opt.active;
+  prof_lg_sample_now = prof_opt.lg_sample;
+  prof_gdump_now = prof_opt.gdump;
+  if (prof_opt.lg_interval >= 0) interval_next = (uint64_t)1 << prof_opt.lg_interval;
+}
+
+void prof_boot_late(void) {
+  if (!prof_on) return;
+  if (prof_opt.final || prof_opt.leak) atexit(prof_exit);
+  if (prof_opt.signal) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = signal_handler;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(prof_opt.signal, &sa, NULL);
+  }
+}
+
+void prof_prefork(void) {
+  mtx_lock(&prof_dump_lock);
+  mtx_lock(&prof_lock);
+}
+
+void prof_postfork(bool child) {
+  if (child) {
+    mtx_init(&prof_lock);
+    mtx_init(&prof_dump_lock);
+    /* The dump thread is not in the child: the next request starts one. */
+    __atomic_store_n(&dump_thread_started, false, __ATOMIC_RELEASE);
+    if (__atomic_load_n(&dump_req, __ATOMIC_RELAXED)) prof_want_thread = true;
+    dump_seq = dump_mseq = dump_iseq = dump_useq = 0;
+  } else {
+    mtx_unlock(&prof_lock);
+    mtx_unlock(&prof_dump_lock);
+  }
+}
+
+/* ---------------------------------------------------------------- mallctl handlers */
+static int rd(void *oldp, size_t *oldlenp, const void *v, size_t len) {
+  if (oldp == NULL || oldlenp == NULL) return 0;
+  if (*oldlenp != len) {
+    size_t n = *oldlenp < len ? *oldlenp : len;
+    memcpy(oldp, v, n);
+    *oldlenp = n;
+    return EINVAL;
+  }
+  memcpy(oldp, v, len);
+  return 0;
+}
+
+/* A read-write bool: reads the old value, then writes the new one. */
+static int rw_bool(bool *var, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  bool old = __atomic_load_n(var, __ATOMIC_RELAXED);
+  if (newp != NULL && newlen != sizeof(bool)) return EINVAL;
+  int r = rd(oldp, oldlenp, &old, sizeof(old));
+  if (r) return r;
+  if (newp != NULL) __atomic_store_n(var, *(bool *)newp, __ATOMIC_RELAXED);
+  return 0;
+}
+
+#define RO(newp) \
+  do { \
+    if ((newp) != NULL) return EPERM; \
+  } while (0)
+
+/* Every prof.* name except opt.* needs opt.prof, as in jemalloc (ENOENT otherwise). */
+#define NEED_PROF() \
+  do { \
+    if (!strata_ready && strata_init()) return EAGAIN; \
+    if (!prof_on) return ENOENT; \
+  } while (0)
+
+int prof_ctl_active(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  (void)mib, (void)miblen;
+  NEED_PROF();
+  return rw_bool(&prof_active_now, oldp, oldlenp, newp, newlen);
+}
+
+int prof_ctl_gdump(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  (void)mib, (void)miblen;
+  NEED_PROF();
+  return rw_bool(&prof_gdump_now, oldp, oldlenp, newp, newlen);
+}
+
+int prof_ctl_dump(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  (void)mib, (void)miblen, (void)oldlenp;
+  NEED_PROF();
+  if (oldp != NULL) return EPERM; /* write-only */
+  const char *path = NULL;
+  if (newp != NULL) {
+    if (newlen != sizeof(const char *)) return EINVAL;
+    path = *(const char **)newp;
+  }
+  if (path == NULL) return dump_kind('m') ? EFAULT : 0;
+  mtx_lock(&prof_dump_lock);
+  bool fail = dump_write(path);
+  mtx_unlock(&prof_dump_lock);
+  return fail ? EFAULT : 0;
+}
+
+int prof_ctl_reset(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  (void)mib, (void)miblen, (void)oldlenp;
+  NEED_PROF();
+  if (oldp != NULL) return EPERM;
+  size_t lg = __atomic_load_n(&prof_lg_sample_now, __ATOMIC_RELAXED);
+  if (newp != NULL) {
+    if (newlen != sizeof(size_t)) return EINVAL;
+    lg = *(size_t *)newp;
+    if (lg > 62) return EINVAL;
+  }
+  tsd_t *tsd = tsd_fetch();
+  if (tsd == NULL) return EAGAIN;
+  uint8_t saved = tsd->reentrant;
+  tsd->reentrant = 1;
+  mtx_lock(&prof_lock);
+  /* Live samples of the old generation stay in the set (their frees find them) but no
+   * longer count; every stack starts from zero. */
+  live_gen++;
+  for (prof_stack_t *st = stack_all; st; st = st->all_next) {
+    st->cur_objs = st->cur_bytes = st->acc_objs = st->acc_bytes = 0;
+    st->w_cur_objs = st->w_cur_bytes = st->w_acc_objs = st->w_acc_bytes = 0;
+  }
+  live_w_bytes = live_w_peak = 0;
+  __atomic_store_n(&prof_lg_sample_now, (unsigned)lg, __ATOMIC_RELAXED);
+  mtx_unlock(&prof_lock);
+  tsd->reentrant = saved;
+  return 0;
+}
+
+int prof_ctl_lg_sample(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  (void)mib, (void)miblen, (void)newlen;
+  NEED_PROF();
+  RO(newp);
+  size_t v = __atomic_load_n(&prof_lg_sample_now, __ATOMIC_RELAXED);
+  return rd(oldp, oldlenp, &v, sizeof(v));
+}
+
+int prof_ctl_interval(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  (void)mib, (void)miblen, (void)newlen;
+  NEED_PROF();
+  RO(newp);
+  uint64_t v = prof_opt.lg_interval >= 0 ? (uint64_t)1 << prof_opt.lg_interval : 0;
+  return rd(oldp, oldlenp, &v, sizeof(v));
+}
+
+int prof_ctl_thread_name(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                         size_t newlen) {
+  (void)mib, (void)miblen;
+  NEED_PROF();
+  const char *cur = prof_td.name;
+  int r = rd(oldp, oldlenp, &cur, sizeof(cur));
+  if (r) return r;
+  if (newp != NULL) {
+    if (newlen != sizeof(const char *)) return EINVAL;
+    const char *s = *(const char **)newp;
+    if (s == NULL) return EFAULT;
+    size_t l = strlen(s);
+    if (l >= sizeof(prof_td.name)) return EINVAL;
+    for (size_t i = 0; i < l; i++) {
+      if (s[i] < 0x20 || s[i] == 0x7f) return EFAULT; /* jemalloc: printable characters only */
+    }
+    memcpy(prof_td.name, s, l + 1);
+  }
+  return 0;
+}
+
+int prof_ctl_thread_active(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                           size_t newlen) {
+  (void)mib, (void)miblen;
+  NEED_PROF();
+  if (!prof_td.init) td_init(&prof_td);
+  return rw_bool(&prof_td.active, oldp, oldlenp, newp, newlen);
+}
+
+/* opt.*: read-only copies of the start-up options. */
+#define OPT_HANDLER(fn, type, expr) \
+  int fn(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) { \
+    (void)mib, (void)miblen, (void)newlen; \
+    if (!strata_ready && strata_init()) return EAGAIN; \
+    RO(newp); \
+    type v = (expr); \
+    return rd(oldp, oldlenp, &v, sizeof(v)); \
+  }
+OPT_HANDLER(prof_ctl_opt_prof, bool, prof_opt.prof)
+OPT_HANDLER(prof_ctl_opt_prof_active, bool, prof_opt.active)
+OPT_HANDLER(prof_ctl_opt_thread_active_init, bool, prof_opt.thread_active_init)
+OPT_HANDLER(prof_ctl_opt_lg_sample, size_t, prof_opt.lg_sample)
+OPT_HANDLER(prof_ctl_opt_prefix, const char *, prof_opt.prefix)
+OPT_HANDLER(prof_ctl_opt_lg_interval, ssize_t, prof_opt.lg_interval)
+OPT_HANDLER(prof_ctl_opt_gdump, bool, prof_opt.gdump)
+OPT_HANDLER(prof_ctl_opt_final, bool, prof_opt.final)
+OPT_HANDLER(prof_ctl_opt_leak, bool, prof_opt.leak)
+OPT_HANDLER(prof_ctl_opt_accum, bool, prof_opt.accum)

@@ -1,0 +1,264 @@
+/*
+ * prof_stress.c - the heap profiler under load (prof:true, a sample every 1 KiB on
+ * average, so thousands of samples): the live set empties when every block is freed,
+ * from whichever thread, across prof.reset, fork and thread exit; the prof mallctls.
+ * Built for both builds (prefixed: strata_ names, run under TSan by scripts/sanitize.sh).
+ */
+#define _GNU_SOURCE
+#include "strata_names.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
+
+const char *malloc_conf = "prof:true,lg_prof_sample:10,prof_prefix:/tmp/strata-prof-stress";
+
+extern char __executable_start, etext;
+static bool in_test_program(unsigned long a) {
+  return a >= (unsigned long)&__executable_start && a < (unsigned long)&etext;
+}
+
+/* Dumps and reads the sampled objects and bytes of the stacks whose innermost frame is in
+ * this program (glibc keeps blocks of its own, e.g. for thread stacks and stdio):
+ * "@ 0x<ret> ..." followed by "  t*: <objs>: <bytes> [...]". */
+static void dump_totals(unsigned long *objs, unsigned long *bytes) {
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/strata-prof-stress-%d.heap", (int)getpid());
+  const char *pp = path;
+  int rc = mallctl("prof.dump", NULL, NULL, &pp, sizeof pp);
+  CHECK(rc == 0, "prof.dump returned %d", rc);
+  FILE *f = fopen(path, "r");
+  CHECK(f != NULL, "no dump at %s", path);
+  char line[256];
+  CHECK(fgets(line, sizeof line, f) && strncmp(line, "heap_v2/", 8) == 0, "bad header: %s", line);
+  unsigned long to, tb;
+  CHECK(fgets(line, sizeof line, f) && sscanf(line, "  t*: %lu: %lu", &to, &tb) == 2, "bad totals: %s", line);
+  *objs = *bytes = 0;
+  bool own = false;
+  while (fgets(line, sizeof line, f) && strncmp(line, "MAPPED_LIBRARIES", 16) != 0) {
+    unsigned long a, o, b;
+    if (sscanf(line, "@ 0x%lx", &a) == 1) {
+      own = in_test_program(a);
+    } else if (sscanf(line, "  t*: %lu: %lu", &o, &b) == 2 && own) {
+      *objs += o;
+      *bytes += b;
+    }
+  }
+  CHECK(*objs <= to && *bytes <= tb, "stacks sum above the totals line");
+  fclose(f);
+  unlink(path);
+}
+
+typedef struct {
+  void **slots;
+  size_t n;
+  unsigned seed;
+  atomic_int *stop;
+} worker_t;
+
+static void *churn(void *arg) {
+  worker_t *w = arg;
+  long rounds = check_scaled(200000);
+  for (long i = 0; i < rounds && !(w->stop && atomic_load(w->stop)); i++) {
+    size_t k = rand_r(&w->seed) % w->n;
+    free(w->slots[k]);
+    size_t sz = (size_t)(rand_r(&w->seed) % 4 == 0 ? rand_r(&w->seed) % 40000 : rand_r(&w->seed) % 512) + 1;
+    w->slots[k] = malloc(sz);
+    CHECK(w->slots[k] != NULL, "malloc(%zu)", sz);
+  }
+  return NULL;
+}
+
+static void run_workers(int nthreads, atomic_int *stop, void (*during)(void)) {
+  pthread_t t[8];
+  worker_t w[8];
+  for (int i = 0; i < nthreads; i++) {
+    w[i] = (worker_t){calloc(512, sizeof(void *)), 512, (unsigned)i * 7919 + 1, stop};
+    CHECK(pthread_create(&t[i], NULL, churn, &w[i]) == 0, "pthread_create");
+  }
+  if (during) during();
+  for (int i = 0; i < nthreads; i++) pthread_join(t[i], NULL);
+  /* Freed by this thread, not the one that allocated them. */
+  for (int i = 0; i < nthreads; i++) {
+    for (size_t k = 0; k < w[i].n; k++) free(w[i].slots[k]);
+    free(w[i].slots);
+  }
+}
+
+TEST(test_prof_is_on_and_samples) {
+  bool on = false;
+  size_t len = sizeof on;
+  CHECK(mallctl("opt.prof", &on, &len, NULL, 0) == 0 && on, "opt.prof is not true");
+  size_t lg = 0;
+  len = sizeof lg;
+  CHECK(mallctl("prof.lg_sample", &lg, &len, NULL, 0) == 0 && lg == 10, "prof.lg_sample %zu", lg);
+  void *keep[256];
+  for (int i = 0; i < 256; i++) keep[i] = malloc(4096);
+  unsigned long objs, bytes;
+  dump_totals(&objs, &bytes);
+  /* 1 MiB live at a 1 KiB mean: every 4 KiB block is sampled with probability 98%. */
+  CHECK(objs >= 200 && objs <= 256, "%lu sampled objects of 256 live 4 KiB blocks", objs);
+  CHECK(bytes == objs * 4096, "sampled bytes %lu for %lu objects", bytes, objs);
+  for (int i = 0; i < 256; i++) free(keep[i]);
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
+}
+
+TEST(test_prof_live_set_empties_after_cross_thread_frees) {
+  run_workers(4, NULL, NULL);
+  unsigned long objs, bytes;
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
+}
+
+static atomic_int reset_stop;
+static void reset_loop(void) {
+  for (int i = 0; i < 50; i++) {
+    size_t lg = i % 2 ? 10 : 11;
+    CHECK(mallctl("prof.reset", NULL, NULL, &lg, sizeof lg) == 0, "prof.reset");
+    unsigned long objs, bytes;
+    dump_totals(&objs, &bytes);
+    CHECK(objs < 100000, "implausible count %lu (a counter went below zero?)", objs);
+    usleep(2000);
+  }
+  atomic_store(&reset_stop, 1);
+}
+
+TEST(test_prof_reset_under_load) {
+  run_workers(4, &reset_stop, reset_loop);
+  size_t lg = 10;
+  CHECK(mallctl("prof.reset", NULL, NULL, &lg, sizeof lg) == 0, "prof.reset");
+  unsigned long objs, bytes;
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
+}
+
+static void fork_during(void) {
+  for (int i = 0; i < 5; i++) {
+    usleep(3000);
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+      void *p[64];
+      for (int k = 0; k < 64; k++) p[k] = malloc(4096);
+      unsigned long objs, bytes;
+      dump_totals(&objs, &bytes);
+      if (objs < 40) _exit(3);
+      for (int k = 0; k < 64; k++) free(p[k]);
+      _exit(0);
+    }
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
+  }
+}
+
+TEST(test_prof_fork_while_threads_sample) {
+  run_workers(3, NULL, fork_during);
+  unsigned long objs, bytes;
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0, "after freeing everything: %lu objects", objs);
+}
+
+static void *alloc_and_exit(void *arg) {
+  void **out = arg;
+  for (int i = 0; i < 64; i++) out[i] = malloc((size_t)(i + 1) * 64);
+  return NULL;
+}
+
+TEST(test_prof_thread_exit_leaves_blocks_to_others) {
+  static void *blocks[40][64];
+  for (int r = 0; r < 40; r++) {
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, alloc_and_exit, blocks[r]) == 0, "pthread_create");
+    pthread_join(t, NULL);
+  }
+  unsigned long objs, bytes;
+  dump_totals(&objs, &bytes);
+  CHECK(objs > 0, "no sample among 40 x 130 KiB");
+  for (int r = 0; r < 40; r++)
+    for (int i = 0; i < 64; i++) free(blocks[r][i]);
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
+}
+
+TEST(test_prof_mallctls) {
+  bool b, old;
+  size_t len = sizeof old;
+  b = false;
+  CHECK(mallctl("prof.active", &old, &len, &b, sizeof b) == 0 && old, "prof.active");
+  void *keep[64];
+  for (int i = 0; i < 64; i++) keep[i] = malloc(8192);
+  unsigned long objs, bytes;
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0, "prof.active:false still sampled %lu", objs);
+  for (int i = 0; i < 64; i++) free(keep[i]);
+  b = true;
+  CHECK(mallctl("prof.active", NULL, NULL, &b, sizeof b) == 0, "prof.active");
+  len = sizeof old;
+  b = false;
+  CHECK(mallctl("thread.prof.active", &old, &len, &b, sizeof b) == 0 && old, "thread.prof.active");
+  for (int i = 0; i < 64; i++) keep[i] = malloc(8192);
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0, "thread.prof.active:false still sampled %lu", objs);
+  for (int i = 0; i < 64; i++) free(keep[i]);
+  b = true;
+  CHECK(mallctl("thread.prof.active", NULL, NULL, &b, sizeof b) == 0, "thread.prof.active");
+  const char *name = "worker-1", *got = NULL;
+  CHECK(mallctl("thread.prof.name", NULL, NULL, &name, sizeof name) == 0, "thread.prof.name write");
+  len = sizeof got;
+  CHECK(mallctl("thread.prof.name", &got, &len, NULL, 0) == 0 && strcmp(got, "worker-1") == 0, "name");
+  CHECK(mallctl("opt.prof", NULL, NULL, &b, sizeof b) == EPERM, "opt.prof is read-only");
+  size_t lg = 99;
+  CHECK(mallctl("prof.reset", NULL, NULL, &lg, sizeof lg) == EINVAL, "prof.reset 99");
+  const char *prefix = NULL;
+  len = sizeof prefix;
+  CHECK(mallctl("opt.prof_prefix", &prefix, &len, NULL, 0) == 0 && strcmp(prefix, "/tmp/strata-prof-stress") == 0,
+        "opt.prof_prefix");
+  ssize_t iv = 0;
+  len = sizeof iv;
+  CHECK(mallctl("opt.lg_prof_interval", &iv, &len, NULL, 0) == 0 && iv == -1, "opt.lg_prof_interval %zd", iv);
+  /* Default names: <prefix>.<pid>.<seq>.m<mseq>.heap */
+  CHECK(mallctl("prof.dump", NULL, NULL, NULL, 0) == 0, "prof.dump default name");
+  char path[128];
+  struct stat st;
+  int found = 0;
+  for (int seq = 0; seq < 64 && !found; seq++) {
+    snprintf(path, sizeof path, "/tmp/strata-prof-stress.%d.%d.m0.heap", (int)getpid(), seq);
+    found = stat(path, &st) == 0;
+  }
+  CHECK(found, "no /tmp/strata-prof-stress.%d.<seq>.m0.heap", (int)getpid());
+  unlink(path);
+  size_t mib[2], miblen = 2;
+  CHECK(mallctlnametomib("prof.lg_sample", mib, &miblen) == 0, "nametomib");
+  len = sizeof lg;
+  CHECK(mallctlbymib(mib, miblen, &lg, &len, NULL, 0) == 0 && lg == 10, "bymib prof.lg_sample %zu", lg);
+}
+/* prof.gdump: a new high-water mark of the in-use estimate makes the dump thread write
+ * <prefix>.<pid>.<seq>.u<useq>.heap (the thread is created from a later free). */
+TEST(test_prof_gdump_writes_u_dumps) {
+  bool on = true;
+  CHECK(mallctl("prof.gdump", NULL, NULL, &on, sizeof on) == 0, "prof.gdump");
+  void *keep[64];
+  for (int i = 0; i < 64; i++) keep[i] = malloc(65536);
+  free(malloc(16));
+  char path[128];
+  struct stat st;
+  int found = 0;
+  for (int tries = 0; tries < 300 && !found; tries++) {
+    for (int seq = 0; seq < 64 && !found; seq++) {
+      snprintf(path, sizeof path, "/tmp/strata-prof-stress.%d.%d.u0.heap", (int)getpid(), seq);
+      found = stat(path, &st) == 0 && st.st_size > 0;
+    }
+    if (!found) usleep(10000);
+  }
+  CHECK(found, "no /tmp/strata-prof-stress.%d.<seq>.u0.heap after 3 s", (int)getpid());
+  /* Remove every u dump of this process. */
+  for (int u = 0; u < 256; u++)
+    for (int seq = 0; seq < 256; seq++) {
+      snprintf(path, sizeof path, "/tmp/strata-prof-stress.%d.%d.u%d.heap", (int)getpid(), seq, u);
+      unlink(path);
+    }
+  for (int i = 0; i < 64; i++) free(keep[i]);
+}
+
+int main(int argc, char **argv) { return check_main(argc, argv); }

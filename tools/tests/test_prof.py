@@ -1,0 +1,214 @@
+"""Heap profiler end to end: both writers parsed (heap_v2 by its grammar, profile.proto with
+the protobuf package), jeprof and go tool pprof on the dumps (skipped when absent), the
+flame graph, diff on a planted leak, and `strata prof record/leaks`."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from strata_tool import prof as sprof
+
+FUNCS = ("f", "g", "h")
+
+
+def _need(build_dir, *names):
+    lib = build_dir / "libstrata.so"
+    progs = [build_dir / "bench" / n for n in names]
+    missing = [str(p) for p in [lib, *progs] if not p.exists()]
+    if missing:
+        pytest.skip(f"not built: {', '.join(missing)}")
+    return str(lib), [str(p) for p in progs]
+
+
+@pytest.fixture(scope="module")
+def acc_dump(build_dir, tmp_path_factory):
+    lib, (prog,) = _need(build_dir, "prof_accuracy")
+    d = tmp_path_factory.mktemp("acc")
+    heap = str(d / "acc.heap")
+    env = dict(os.environ, LD_PRELOAD=lib, MALLOC_CONF="prof:true,lg_prof_sample:14,prof_format:both")
+    out = subprocess.run([prog, heap], env=env, capture_output=True, text=True, check=True).stdout
+    import json
+    truth = json.loads(out.strip().splitlines()[-1])
+    return prog, heap, truth
+
+
+def test_heap_v2_follows_its_grammar(acc_dump):
+    prog, heap, truth = acc_dump
+    text = open(heap).read()
+    lines = text.splitlines()
+    assert lines[0] == "heap_v2/16384"
+    assert re.match(r"^  t\*: \d+: \d+ \[0: 0\]$", lines[1])
+    i = 2
+    nstacks = 0
+    while lines[i] != "":
+        assert re.match(r"^@( 0x[0-9a-f]+)+$", lines[i]), lines[i]
+        assert re.match(r"^  t\*: [1-9]\d*: \d+ \[0: 0\]$", lines[i + 1]), lines[i + 1]
+        i += 2
+        nstacks += 1
+    assert lines[i + 1] == "MAPPED_LIBRARIES:"
+    assert any(prog in ln for ln in lines[i + 2:]), "the program's own mapping is listed"
+    assert nstacks >= 3
+    period, stacks, maps = sprof.parse_heap_v2(text)
+    assert period == 16384 and len(stacks) == nstacks and maps
+    # The totals line is the sum of the stacks.
+    tot = re.match(r"^  t\*: (\d+): (\d+)", lines[1])
+    assert int(tot.group(1)) == sum(s[1] for s in stacks)
+    assert int(tot.group(2)) == sum(s[2] for s in stacks)
+    with pytest.raises(ValueError):
+        sprof.parse_heap_v2(text.replace("  t*:", "  x*:", 3))
+
+
+def test_proto_is_a_valid_pprof_profile(acc_dump):
+    pytest.importorskip("google.protobuf")
+    from strata_tool.pprof_proto import Profile
+    _, heap, truth = acc_dump
+    raw = open(heap + ".pb.gz", "rb").read()
+    assert raw[:2] == b"\x1f\x8b"
+    pb = Profile()
+    pb.ParseFromString(gzip.decompress(raw))
+    s = list(pb.string_table)
+    assert s[0] == ""
+    assert [(s[t.type], s[t.unit]) for t in pb.sample_type] == [
+        ("alloc_objects", "count"), ("alloc_space", "bytes"), ("inuse_objects", "count"), ("inuse_space", "bytes")]
+    assert pb.period == 16384 and s[pb.default_sample_type] == "inuse_space"
+    locs = {loc.id: loc for loc in pb.location}
+    funcs = {fn.id: s[fn.name] for fn in pb.function}
+    maps = {m.id: m for m in pb.mapping}
+    assert all(len(x.value) == 4 for x in pb.sample)
+    est = dict.fromkeys(FUNCS, 0)
+    for x in pb.sample:
+        assert all(i in locs for i in x.location_id)
+        first = locs[x.location_id[0]]
+        assert first.mapping_id in maps
+        name = funcs[first.line[0].function_id] if first.line else None
+        if name in est:
+            est[name] += x.value[3]
+    prog_maps = [m for m in pb.mapping if s[m.filename].endswith("prof_accuracy")]
+    assert prog_maps and len(s[prog_maps[0].build_id]) == 40, "the program's mapping carries its build ID"
+    assert abs(est["f"] / truth["f"] - 1) < 0.10
+    assert abs(est["g"] / truth["g"] - 1) < 0.10
+    assert abs(est["h"] / truth["h"] - 1) < 0.35
+
+
+def test_strata_top_reads_both_formats(acc_dump):
+    _, heap, truth = acc_dump
+    for path in (heap, heap + ".pb.gz"):
+        p = sprof.read_profile(path)
+        by = {}
+        for st in p.stacks:
+            by[sprof.visible(st.frames)[0]] = by.get(sprof.visible(st.frames)[0], 0) + st.inuse_bytes
+        assert abs(by["f"] / truth["f"] - 1) < 0.10, path
+        assert abs(by["h"] / truth["h"] - 1) < 0.35, path
+
+
+def test_jeprof_reads_heap_v2(acc_dump):
+    if not shutil.which("jeprof"):
+        pytest.skip("jeprof not installed (Debian: libjemalloc-dev)")
+    prog, heap, truth = acc_dump
+    out = subprocess.run(["jeprof", "--text", "--show_bytes", prog, heap], capture_output=True, text=True,
+                         timeout=120).stdout
+    got = {m.group(2): int(m.group(1)) for m in re.finditer(r"^\s*(\d+)\s+\S+%\s+\S+%\s+\d+\s+\S+%\s+(\w+)$", out,
+                                                              re.M)}
+    assert abs(got["f"] / truth["f"] - 1) < 0.10, out
+    assert abs(got["g"] / truth["g"] - 1) < 0.10, out
+    assert abs(got["h"] / truth["h"] - 1) < 0.35, out
+
+
+def test_go_pprof_reads_proto(acc_dump):
+    go = shutil.which("go")
+    if not go:
+        pytest.skip("go not installed")
+    _, heap, truth = acc_dump
+    r = subprocess.run([go, "tool", "pprof", "-top", "-unit=B", "-sample_index=inuse_space", heap + ".pb.gz"],
+                       capture_output=True, text=True, timeout=600)
+    got = {m.group(2): int(m.group(1)) for m in re.finditer(r"^\s*(\d+)B\s+\S+%\s+\S+%\s+\S+\s+\S+%\s+(\w+)$",
+                                                              r.stdout, re.M)}
+    assert r.returncode == 0, r.stderr
+    assert abs(got["f"] / truth["f"] - 1) < 0.10, r.stdout
+    assert abs(got["g"] / truth["g"] - 1) < 0.10, r.stdout
+
+
+def test_flame_graph_is_interactive_svg(acc_dump, tmp_path):
+    _, heap, _ = acc_dump
+    svg = sprof.flame_svg(sprof.read_profile(heap), "inuse_bytes", "t")
+    root = ET.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    groups = root.findall(f"{ns}g")
+    titles = [g.find(f"{ns}title").text for g in groups]
+    assert any(t.startswith("f (") for t in titles) and any(t.startswith("main (") for t in titles)
+    assert root.find(f"{ns}script") is not None and "addEventListener('click'" in root.find(f"{ns}script").text
+    # f's frame is about 77% of the root's width.
+    w = {g.find(f"{ns}title").text.split(" ")[0]: float(g.get("data-w")) for g in groups}
+    assert 0.70 < w["f"] / w["all"] < 0.84
+
+
+def test_diff_puts_the_planted_leak_on_top(build_dir, tmp_path):
+    lib, (prog,) = _need(build_dir, "prof_leak")
+    env = dict(os.environ, LD_PRELOAD=lib,
+               MALLOC_CONF=f"prof:true,lg_prof_interval:28,prof_prefix:{tmp_path}/leak")
+    subprocess.run([prog, "20000"], env=env, check=True, stdout=subprocess.DEVNULL)
+    dumps = sorted(tmp_path.glob("leak.*.i*.heap"), key=lambda p: int(p.name.split(".i")[1].split(".")[0]))
+    assert len(dumps) >= 3, [p.name for p in tmp_path.iterdir()]
+    assert all(re.match(r"leak\.\d+\.\d+\.i\d+\.heap$", p.name) for p in dumps)
+    rows = sprof.diff(sprof.read_profile(str(dumps[0])), sprof.read_profile(str(dumps[-1])), 3)
+    assert rows[0][0][0] == "session_cache_insert"
+
+
+def test_record_and_leaks_commands(build_dir, tmp_path, capsys):
+    lib, (prog,) = _need(build_dir, "prof_leak")
+    from strata_tool.cli import main
+    assert main(["prof", "record", "--lib", lib, "--rate", "65536", "--out", str(tmp_path / "rec"), "--",
+                 prog, "3000"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"prof\.\d+\.\d+\.f\.heap", out), out
+    assert main(["prof", "leaks", "--lib", lib, "--", prog, "3000"]) == 0
+    out = capsys.readouterr().out
+    top = [ln for ln in out.splitlines() if "%" in ln]
+    assert "session_cache_insert" in top[0] or "load_config" in top[0], out
+    assert any("session_cache_insert" in ln for ln in top[:2]), out
+
+
+def test_prof_signal_dumps_without_code_changes(build_dir, tmp_path):
+    import signal
+    import time
+    lib, (prog,) = _need(build_dir, "prof_leak")
+    env = dict(os.environ, LD_PRELOAD=lib,
+               MALLOC_CONF=f"prof:true,prof_signal:SIGUSR2,prof_prefix:{tmp_path}/sig")
+    p = subprocess.Popen([prog, "400000"], env=env, stdout=subprocess.DEVNULL)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGUSR2)
+    found = []
+    for _ in range(100):
+        found = list(tmp_path.glob("sig.*.m0.heap"))
+        if found and found[0].stat().st_size > 0:
+            break
+        time.sleep(0.05)
+    p.kill()
+    p.wait()
+    assert found, "no dump after SIGUSR2"
+    sprof.parse_heap_v2(found[0].read_text())
+
+
+def test_pprof_dump_of_a_real_program_with_many_functions(build_dir, tmp_path):
+    """Python under prof:true: hundreds of distinct functions in the proto's string table
+    (a table sized off a power of two once looped forever here)."""
+    pytest.importorskip("google.protobuf")
+    import sys
+    from strata_tool.pprof_proto import Profile
+    lib, _ = _need(build_dir)
+    env = dict(os.environ, LD_PRELOAD=lib,
+               MALLOC_CONF=f"prof:true,prof_final:true,lg_prof_sample:12,prof_format:both,prof_prefix:{tmp_path}/py")
+    subprocess.run([sys.executable, "-c", "import json, decimal; d=[json.dumps({'a': i}) for i in range(50000)]"],
+                   env=env, check=True, timeout=120)
+    protos = list(tmp_path.glob("py.*.f.heap.pb.gz"))
+    assert protos
+    pb = Profile()
+    pb.ParseFromString(gzip.decompress(max(protos, key=lambda p: p.stat().st_size).read_bytes()))
+    assert len(pb.string_table) > 150 and len(pb.function) > 100
