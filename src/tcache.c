@@ -246,12 +246,16 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
   void *p;
   if (ind <= SZ_NSMALL) {
     /* The bin is empty: the filled list (lowest addresses first) becomes it. */
-    unsigned want = tc->fill[ind];
+    /* Over the global cap a fill brings only the region asked for: a wave of new threads
+     * (each about to wait, holding its first fills) cannot stock caches past the cap. */
+    bool over = tcache_over_cap();
+    unsigned want = unlikely(over) ? 1 : tc->fill[ind];
     sassert(b->head == NULL && b->avail == tbin_max[ind] && want >= 1);
     if (unlikely(guard_enabled) && (p = guard_fill_hook(ind, &want)) != NULL) return p;
-    unsigned got = bin_fill_list_upto(tc->arena, ind, &p, want, tbin_max[ind]);
+    unsigned got = bin_fill_list_upto(tc->arena, ind, &p, want, unlikely(over) ? 1 : tbin_max[ind]);
     if (got == 0) return NULL;
-    if (unlikely(want < tbin_fill_max[ind])) tc->fill[ind] = (uint16_t)(2 * want < tbin_fill_max[ind] ? 2 * want : tbin_fill_max[ind]);
+    if (unlikely(want < tbin_fill_max[ind]) && !over)
+      tc->fill[ind] = (uint16_t)(2 * want < tbin_fill_max[ind] ? 2 * want : tbin_fill_max[ind]);
     b->head = link_next(p, ind);
     b->avail -= got - 1;
   } else {
