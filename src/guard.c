@@ -57,66 +57,8 @@ static __thread size_t guard_countdown; /* regions left before this thread's nex
 void guard_boot(void) { guard_enabled = opt.guard_sample_interval != 0; }
 
 /* ---------------------------------------------------------------- stacks */
-typedef struct {
-  uintptr_t *pcs;
-  uint32_t n, skip;
-  bool in_self; /* still in strata's own frames, which lead the stack and are dropped */
-  uintptr_t lo, hi; /* strata's code */
-} unwind_arg_t;
-
-/* libstrata.so's executable segments, found once from its program headers (no call per
- * frame: dladdr cost 13,000 instructions per stack); empty when strata is linked into
- * the executable, whose frames cannot be told from the program's by module. */
-static uintptr_t self_lo, self_hi;
-static bool self_known;
-static void self_range(void) {
-  Dl_info me, exe;
-  if (!dladdr((void *)guard_boot, &me) || me.dli_fbase == NULL) return;
-  if (dladdr((void *)getauxval(AT_ENTRY), &exe) && exe.dli_fbase == me.dli_fbase) return;
-  const ElfW(Ehdr) *eh = me.dli_fbase;
-  const ElfW(Phdr) *ph = (const ElfW(Phdr) *)((const char *)eh + eh->e_phoff);
-  uintptr_t base = (uintptr_t)me.dli_fbase, lo = UINTPTR_MAX, hi = 0;
-  for (unsigned i = 0; i < eh->e_phnum; i++) {
-    if (ph[i].p_type != PT_LOAD || !(ph[i].p_flags & PF_X)) continue;
-    if (base + ph[i].p_vaddr < lo) lo = base + ph[i].p_vaddr;
-    if (base + ph[i].p_vaddr + ph[i].p_memsz > hi) hi = base + ph[i].p_vaddr + ph[i].p_memsz;
-  }
-  /* A shared object is loaded at vaddr 0; its base is dli_fbase. */
-  if (lo < hi && (uintptr_t)guard_boot >= lo && (uintptr_t)guard_boot < hi) {
-    __atomic_store_n(&self_lo, lo, __ATOMIC_RELAXED);
-    __atomic_store_n(&self_hi, hi, __ATOMIC_RELAXED);
-  }
-}
-
-static _Unwind_Reason_Code unwind_one(struct _Unwind_Context *ctx, void *arg) {
-  unwind_arg_t *u = arg;
-  uintptr_t pc = (uintptr_t)_Unwind_GetIP(ctx);
-  if (pc == 0) return _URC_END_OF_STACK;
-  if (u->skip) {
-    u->skip--;
-    return _URC_NO_REASON;
-  }
-  if (u->in_self) {
-    if (pc - 1 >= u->lo && pc - 1 < u->hi) return _URC_NO_REASON;
-    u->in_self = false; /* the first frame outside strata: keep everything from here */
-  }
-  u->pcs[u->n++] = pc;
-  return u->n < GUARD_FRAMES ? _URC_NO_REASON : _URC_END_OF_STACK;
-}
-
-/* The caller's stack, without guard.c's own frames: libgcc's unwinder reads .eh_frame
- * (present in every x86-64 object), so it works without frame pointers and never calls
- * malloc. strata's own frames (the entry point down to here) are left out. */
-static NOINLINE uint32_t guard_backtrace(uintptr_t *pcs) {
-  if (!__atomic_load_n(&self_known, __ATOMIC_ACQUIRE)) {
-    self_range(); /* idempotent: two threads may both run it */
-    __atomic_store_n(&self_known, true, __ATOMIC_RELEASE);
-  }
-  unwind_arg_t u = {pcs, 0, 1, true, __atomic_load_n(&self_lo, __ATOMIC_RELAXED),
-                    __atomic_load_n(&self_hi, __ATOMIC_RELAXED)};
-  _Unwind_Backtrace(unwind_one, &u);
-  return u.n;
-}
+/* The caller's stack, without strata's own frames (backtrace.c). */
+static inline uint32_t guard_backtrace(uintptr_t *pcs) { return strata_backtrace(pcs, GUARD_FRAMES); }
 
 /* ---------------------------------------------------------------- reports */
 static void print_stack(const char *what, pid_t tid, const uintptr_t *pcs, uint32_t n) {

@@ -43,6 +43,9 @@ HIDDEN NORETURN void strata_size_mismatch(const char *func, const void *p, size_
  * <slot> (free list of class N)", then abort. */
 HIDDEN NORETURN void strata_heap_corruption(const void *at, unsigned ind);
 HIDDEN NORETURN void strata_assert_fail(const char *cond, const char *file, int line);
+/* backtrace.c: up to max return addresses of the calling program, innermost first,
+ * strata's own leading frames dropped; never mallocs, holds no strata lock. */
+HIDDEN unsigned strata_backtrace(uintptr_t *frames, unsigned max);
 
 /* ------------------------------------------------------------------ os.c */
 /* The only layer that talks to the kernel about memory. */

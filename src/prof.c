@@ -225,60 +225,6 @@ unsigned prof_fill_limit(szind_t ind, unsigned want) {
   return 1 + extra;
 }
 
-/* ---------------------------------------------------------------- backtraces */
-/*
- * libgcc's unwinder (.eh_frame), not frame-pointer walking: Debian builds programs and
- * libraries without frame pointers, where a frame-pointer walk stops at the first such
- * frame or follows garbage (bench/prof/bt_cost.c measures both). _Unwind_Backtrace is
- * called directly (never glibc's backtrace(), which dlopens libgcc_s and mallocs), with
- * no strata lock held and tsd->reentrant set.
- */
-typedef struct {
-  uintptr_t *frames;
-  unsigned n, max, skipping;
-} bt_state_t;
-static uintptr_t self_lo, self_hi; /* strata's own text: leading frames there are skipped */
-
-static _Unwind_Reason_Code bt_cb(struct _Unwind_Context *ctx, void *arg) {
-  bt_state_t *s = arg;
-  uintptr_t ip = (uintptr_t)_Unwind_GetIP(ctx);
-  if (ip == 0) return _URC_END_OF_STACK;
-  if (s->skipping) {
-    if (ip >= self_lo && ip < self_hi) return _URC_NO_REASON;
-    s->skipping = 0;
-  }
-  s->frames[s->n++] = ip;
-  return s->n >= s->max ? _URC_END_OF_STACK : _URC_NO_REASON;
-}
-
-static int self_cb(struct dl_phdr_info *info, size_t size, void *arg) {
-  (void)size;
-  uintptr_t me = (uintptr_t)arg;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
-    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-    if (me >= lo && me < hi) {
-      /* Linked statically into the program: its text is the program's too; skip only
-       * strata's entry frames by address of this file's functions instead. */
-      if (info->dlpi_name == NULL || info->dlpi_name[0] == '\0') return 1;
-      self_lo = lo;
-      self_hi = hi;
-      return 1;
-    }
-  }
-  return 0;
-}
-
-static unsigned prof_backtrace(uintptr_t *frames, unsigned max) {
-  if (self_hi == 0) {
-    dl_iterate_phdr(self_cb, (void *)(uintptr_t)&prof_backtrace);
-    if (self_hi == 0) self_hi = 1; /* static: nothing to skip by range */
-  }
-  bt_state_t s = {frames, 0, max, 1};
-  _Unwind_Backtrace(bt_cb, &s);
-  return s.n;
-}
 
 /* ---------------------------------------------------------------- tables (prof_lock held) */
 static uint64_t hash_frames(const uintptr_t *f, unsigned n) {
@@ -370,7 +316,7 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
   sassert(tsd->reentrant);
   (void)tsd;
   td->busy = true;
-  unsigned n = prof_backtrace(frames, PROF_DEPTH);
+  unsigned n = strata_backtrace(frames, PROF_DEPTH);
   double rate = (double)sample_mean();
   double w = 1.0 / (1.0 - exp(-(double)usize / rate));
   edata_t *ed = rt_edata(rtree_read((uintptr_t)p));
