@@ -262,7 +262,9 @@ int ctl_background_thread(const size_t *mib, size_t miblen, void *oldp, size_t *
   bool cur = __atomic_load_n(&bg_enabled, __ATOMIC_RELAXED);
   int err = ctl_rw(oldp, oldlenp, newp, newlen, &cur, sizeof(cur));
   if (err || newp == NULL) return err;
-  return bg_set_enabled(*(bool *)newp) ? EAGAIN : 0;
+  bool on;
+  if (!ctl_bool_in(newp, &on)) return EINVAL;
+  return bg_set_enabled(on) ? EAGAIN : 0;
 }
 
 int ctl_max_background_threads(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,

@@ -388,7 +388,7 @@ static int h_tcache_enabled(const size_t *mib, size_t miblen, void *oldp, size_t
   tsd_t *tsd = tsd_fetch();
   if (tsd == NULL) return EAGAIN;
   bool old = tcache_nbins > 0 && (tsd->state == TSD_ACTIVE || tsd->state == TSD_NOMINAL), v = old;
-  WRITE_IN(v);
+  if (newp != NULL && (newlen != sizeof(bool) || !ctl_bool_in(newp, &v))) return EINVAL;
   if (v != old) tcache_set_enabled(tsd, v);
   RETURN_OUT(old);
 }

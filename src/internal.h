@@ -471,7 +471,19 @@ HIDDEN void tcache_thread_exit(void *arg);
 HIDDEN void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated);
 HIDDEN extern size_t tcache_total; /* bytes cached by all threads, as published (atomic) */
 /* mallctl handlers (the team's convention; ctl.c lists them by name). */
-typedef int ctl_handler_t(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen);
+/* The mallctl handler type: numeric name components (the <i> of arena.<i>.purge) are in
+ * mib at their position. Other modules' handlers plug into ctl.c's table as rows. */
+typedef int ctl_handler_t(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                          size_t newlen);
+/* A bool written through mallctl: its byte must be 0 or 1 (any other is no bool, and
+ * loading it as one is undefined: the mallctl fuzzer found it). false if it is not. */
+static inline bool ctl_bool_in(const void *newp, bool *out) {
+  unsigned char c;
+  __builtin_memcpy(&c, newp, 1);
+  if (c > 1) return false;
+  *out = c != 0;
+  return true;
+}
 HIDDEN ctl_handler_t tcache_ctl_total_max; /* opt.tcache_total_max */
 HIDDEN ctl_handler_t tcache_ctl_bytes;     /* stats.tcache_bytes */
 HIDDEN extern mtx_t tcache_list_lock;
@@ -490,9 +502,6 @@ HIDDEN void *guard_fill_hook(szind_t ind, unsigned *want);
 HIDDEN void guard_free(void *p, edata_t *ed);
 HIDDEN void guard_describe(const void *p); /* fatal reports: what the pool knows of p */
 HIDDEN uint64_t guard_count(void);         /* guarded blocks handed out */
-/* The mallctl handler type of the team's convention (mib[1..] hold numeric components). */
-typedef int ctl_handler_t(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
-                          size_t newlen);
 HIDDEN ctl_handler_t guard_ctl_sample_interval; /* opt.guard_sample_interval: size_t, read-only */
 HIDDEN ctl_handler_t guard_ctl_allocs;          /* stats.guard.allocs: uint64_t, read-only */
 
@@ -542,10 +551,6 @@ HIDDEN extern bool tsd_key_ready;
 HIDDEN extern uint64_t ctl_epoch;
 
 /* ------------------------------------------------------------------ introspection (ctl.c) */
-/* The mallctl handler type: numeric name components (the <i> of arena.<i>.purge) are in
- * mib at their position. Other modules' handlers plug into ctl.c's table as rows. */
-typedef int ctl_handler_t(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
-                          size_t newlen);
 HIDDEN void tcache_set_enabled(tsd_t *tsd, bool on); /* thread.tcache.enabled */
 HIDDEN extern uint64_t stats_zero_reallocs;           /* realloc(p, 0) calls (atomic) */
 HIDDEN void ctl_prefork(void); /* fork handlers of ctl_lock (first in the lock order) */

@@ -589,7 +589,9 @@ static int rw_bool(bool *var, void *oldp, size_t *oldlenp, void *newp, size_t ne
   if (newp != NULL && newlen != sizeof(bool)) return EINVAL;
   int r = rd(oldp, oldlenp, &old, sizeof(old));
   if (r) return r;
-  if (newp != NULL) __atomic_store_n(var, *(bool *)newp, __ATOMIC_RELAXED);
+  bool v;
+  if (newp != NULL && !ctl_bool_in(newp, &v)) return EINVAL;
+  if (newp != NULL) __atomic_store_n(var, v, __ATOMIC_RELAXED);
   return 0;
 }
 
