@@ -24,6 +24,10 @@ srcs=()
 for f in "$repo"/src/*.c; do srcs+=("$f"); done
 flags=(-O1 -g -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -fno-omit-frame-pointer -I"$repo/include" -I"$repo/include/strata" -I"$repo/src" -pthread)
+# FUZZ_SEED fixes libFuzzer's seed (scripts/test.sh sets 1, so CI replays the inputs
+# already explored here); unset, every run explores afresh.
+seed_arg=()
+[ -n "${FUZZ_SEED:-}" ] && seed_arg=(-seed="$FUZZ_SEED")
 status=0
 for t in "${targets[@]}"; do
     dir=$repo/tests/fuzz/$t
@@ -39,7 +43,7 @@ for t in "${targets[@]}"; do
     fi
     echo "=== $t: ${secs}s"
     if ! ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:allocator_may_return_null=1} \
-            "$bin" -max_total_time="$secs" -max_len=4096 -timeout=20 -rss_limit_mb=4096 \
+            "$bin" "${seed_arg[@]}" -max_total_time="$secs" -max_len=4096 -timeout=20 -rss_limit_mb=4096 \
             -artifact_prefix="$out/$t-crashes/" "$out/$t-corpus" "$dir/seeds" 2>"$out/$t.log"; then
         status=1
         tail -40 "$out/$t.log"

@@ -124,7 +124,8 @@ int au_arenas_create(const size_t *mib, size_t miblen, void *oldp, size_t *oldle
   if (newp != NULL) {
     if (newlen != sizeof(extent_hooks_t *)) return EINVAL;
     h = *(extent_hooks_t **)newp;
-    if (h == NULL || h->alloc == NULL) return EINVAL; /* alloc is the one mandatory member */
+    /* alloc is the one mandatory member; a misaligned pointer is none (cheap to catch). */
+    if (h == NULL || ((uintptr_t)h & (_Alignof(extent_hooks_t) - 1)) != 0 || h->alloc == NULL) return EINVAL;
     if (h == &ehooks_default) h = NULL;
   }
   /* A destroyed user arena's index (and structure, with its edata pool) first. */
@@ -234,7 +235,7 @@ int au_arena_extent_hooks(const size_t *mib, size_t miblen, void *oldp, size_t *
   if (newp != NULL) {
     if (newlen != sizeof(extent_hooks_t *)) return EINVAL;
     extent_hooks_t *h = *(extent_hooks_t **)newp;
-    if (h == NULL || h->alloc == NULL) return EINVAL;
+    if (h == NULL || ((uintptr_t)h & (_Alignof(extent_hooks_t) - 1)) != 0 || h->alloc == NULL) return EINVAL;
     old = __atomic_exchange_n(&a->hooks, h == &ehooks_default ? NULL : h, __ATOMIC_ACQ_REL);
   }
   if (old == NULL) old = &ehooks_default;

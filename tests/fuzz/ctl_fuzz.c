@@ -27,7 +27,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   unsigned char newv[32];
   size_t newlen = size < sizeof(newv) ? size : sizeof(newv);
   memcpy(newv, data, newlen);
-  /* Writes that would stop the process or change its configuration are not fuzzed. */
+  /* Writes that would stop the process or change its configuration are not fuzzed, nor
+   * writes of pointers the callee must follow (extent hooks, path and name strings):
+   * jemalloc's contract, like strata's, is that they point at valid memory. */
+  static const char *const pointer_names[] = {"arenas.create", "extent_hooks", "prof.dump", "prof.name"};
+  for (size_t k = 0; k < sizeof(pointer_names) / sizeof(pointer_names[0]); k++)
+    if (strstr(name, pointer_names[k])) newlen = 0;
   int rc = strata_mallctl(name, old, &len, newlen ? newv : NULL, newlen);
   (void)rc;
   for (size_t k = oldlen; k < sizeof(old); k++)
