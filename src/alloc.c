@@ -16,6 +16,22 @@
 #define REMAP_MIN ((size_t)4 << 20)
 
 /* ---------------------------------------------------------------- core */
+/* A free on a slow path into cache tc (the thread's or an explicit one): tagged and
+ * linked as the fast path does, or handed to the cache's flush when the bin is full. */
+static inline void tcache_push_slow(tsd_t *tsd, tcache_t *tc, szind_t ind, void *p) {
+  tbin_t *b = &tc->bins[ind];
+  tsd->reentrant = 1;
+  if (ind <= SZ_NSMALL) TAG_WORD(p) = TAG_OF(p);
+  if (likely(b->avail != 0)) {
+    LINK_SET(p, b->head);
+    b->head = p;
+    b->avail--;
+  } else {
+    tcache_dalloc_hard(tc, ind, p);
+  }
+  tsd->reentrant = 0;
+}
+
 HIDDEN void strata_delete_sized(void *p, size_t size);
 HIDDEN void strata_delete_sized_aligned(void *p, size_t size, size_t alignment);
 
@@ -167,17 +183,7 @@ static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void 
     bool first = tsd->state != TSD_ACTIVE;
     tcache_t *tc = first ? tcache_get_slow(tsd) : tsd->tcache;
     if (tc && !first) {
-      tbin_t *b = &tc->bins[ind];
-      tsd->reentrant = 1;
-      if (ind <= SZ_NSMALL) TAG_WORD(p) = TAG_OF(p);
-      if (likely(b->avail != 0)) {
-        LINK_SET(p, b->head);
-        b->head = p;
-        b->avail--;
-      } else {
-        tcache_dalloc_hard(tc, ind, p);
-      }
-      tsd->reentrant = 0;
+      tcache_push_slow(tsd, tc, ind, p);
       if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
       return;
     }
@@ -555,17 +561,7 @@ static void idalloc_tc(tsd_t *tsd, void *p, tcache_t *tc) {
   if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("dallocx", p);
   if (unlikely(opt.junk & JUNK_FREE)) memset(p, 0x5a, sz_size[ind]);
   tsd->deallocated += sz_size[ind];
-  tbin_t *b = &tc->bins[ind];
-  tsd->reentrant = 1;
-  if (ind <= SZ_NSMALL) TAG_WORD(p) = TAG_OF(p);
-  if (likely(b->avail != 0)) {
-    LINK_SET(p, b->head);
-    b->head = p;
-    b->avail--;
-  } else {
-    tcache_dalloc_hard(tc, ind, p);
-  }
-  tsd->reentrant = 0;
+  tcache_push_slow(tsd, tc, ind, p);
 }
 
 static void *mallocx_impl(tsd_t *tsd, size_t size, int flags) {

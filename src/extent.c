@@ -421,6 +421,20 @@ static edata_t *extent_remap_dirty(arena_t *a, size_t size) {
   return d;
 }
 
+/* A piece [addr, addr + size) of free extent f becomes extent e in f's set, with f's
+ * contents state and its age in the purge order. */
+static void extent_carve(eset_t *es, edata_t *f, edata_t *e, uintptr_t addr, size_t size, unsigned state) {
+  e->addr = addr;
+  e->size = size;
+  e->state = (uint8_t)state;
+  e->zeroed = f->zeroed;
+  e->committed = f->committed;
+  e->dirty_ns = f->dirty_ns;
+  extent_register(e, 0, false);
+  eset_insert(es, e);
+  if (has_lru(state)) lru_insert_after(es, f, e);
+}
+
 edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   if (align < os_page) align = os_page;
   size_t search = size + (align - os_page);
@@ -468,15 +482,7 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   if (h != NULL && trail && ehooks_split(a, h, (void *)body, f->size - lead, size, f->committed)) {
     if (l) { /* the lead is its own extent now: keep the two apart */
       eset_remove(es, f);
-      l->addr = f->addr;
-      l->size = lead;
-      l->state = (uint8_t)state;
-      l->zeroed = f->zeroed;
-      l->committed = f->committed;
-      l->dirty_ns = f->dirty_ns;
-      extent_register(l, 0, false);
-      eset_insert(es, l);
-      if (has_lru(state)) lru_insert_after(es, f, l);
+      extent_carve(es, f, l, f->addr, lead, state);
       f->addr = body;
       f->size -= lead;
       extent_register(f, 0, false);
@@ -487,28 +493,8 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   }
   eset_remove(es, f);
   /* Lead and trail keep f's age in the purge order. */
-  if (l) {
-    l->addr = f->addr;
-    l->size = lead;
-    l->state = (uint8_t)state;
-    l->zeroed = f->zeroed;
-    l->committed = f->committed;
-    l->dirty_ns = f->dirty_ns;
-    extent_register(l, 0, false);
-    eset_insert(es, l);
-    if (has_lru(state)) lru_insert_after(es, f, l);
-  }
-  if (t) {
-    t->addr = body + size;
-    t->size = trail;
-    t->state = (uint8_t)state;
-    t->zeroed = f->zeroed;
-    t->committed = f->committed;
-    t->dirty_ns = f->dirty_ns;
-    extent_register(t, 0, false);
-    eset_insert(es, t);
-    if (has_lru(state)) lru_insert_after(es, f, t);
-  }
+  if (l) extent_carve(es, f, l, f->addr, lead, state);
+  if (t) extent_carve(es, f, t, body + size, trail, state);
   if (has_lru(state)) lru_remove(es, f);
   f->addr = body;
   f->size = size;
