@@ -35,11 +35,36 @@ uint64_t decay_now(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The window of the oversize arena's active peak: half the decay time (two halves are
+ * kept), 10 s's worth when decay is off or immediate. */
+static uint64_t peak_half_ns(const arena_t *a) {
+  int64_t ms = decay_ms(&a->ddecay);
+  return (uint64_t)(ms > 0 ? ms : 10000) * 500000u;
+}
+
+void arena_note_peak(arena_t *a) {
+  uint64_t now = decay_now(), half = peak_half_ns(a);
+  if (now - a->peak_ns >= half) {
+    a->peak_active[1] = now - a->peak_ns >= 2 * half ? 0 : a->peak_active[0];
+    a->peak_active[0] = 0;
+    a->peak_ns = now;
+  }
+  if (a->nactive > a->peak_active[0]) a->peak_active[0] = a->nactive;
+}
+
 static size_t dirty_cap(const arena_t *a) {
   size_t floor = DIRTY_CAP_MIN / os_page;
-  /* The oversize arena grows a freed block with mremap instead of needing one as big
-   * as the request (extent.c), so a few blocks' worth is all its reuse needs. */
-  if (a->huge) return floor;
+  if (a->huge) {
+    /* The oversize arena builds a request out of freed blocks' pages with mremap
+     * (extent.c), so what its live set may need again is what was active at the recent
+     * peak and is not now: resident stays under that peak (or 32 MiB), and decay, the
+     * background threads and the container limit give the rest back. Capping it at the
+     * active pages as well (the other arenas' free-storm rule) doubled wl_hugeblocks'
+     * faults: three small live blocks then forced out the big freed one. */
+    size_t peak = a->peak_active[0] > a->peak_active[1] ? a->peak_active[0] : a->peak_active[1];
+    size_t want = peak > a->nactive ? peak - a->nactive : 0;
+    return want > floor ? want : floor;
+  }
   return a->nactive > floor ? a->nactive : floor;
 }
 
@@ -95,6 +120,7 @@ uint64_t decay_deadline(const decay_t *d, size_t npages) {
 /* Both stages, elock held (dropped around madvise by extent_purge). */
 static void decay_arena_locked(arena_t *a) {
   uint64_t now = decay_now();
+  if (a->huge) arena_note_peak(a); /* an idle arena's peak ages out too */
   size_t keep = decay_step(&a->ddecay, a->dirty.npages, now);
   size_t cap = dirty_cap(a);
   /* Batch: well under the cap; the oversize arena only down to it (its extents are few

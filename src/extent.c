@@ -382,41 +382,90 @@ static bool commit_or_purge(arena_t *a, size_t size) {
   return true;
 }
 
-/* The oversize arena, when no dirty extent is big enough: the most recently freed one
- * is moved and grown to `size` with mremap, which keeps its resident pages, so only the
- * growth faults in (a new mapping would fault every page while the dirty one waited for
- * decay). NULL when there is none, the commit budget refuses the growth or the kernel
- * refuses (a range over two mappings). */
-static edata_t *extent_remap_dirty(arena_t *a, size_t size) {
-  edata_t *d = a->dirty.lru_tail;
-  if (d == NULL || d->size >= size) return NULL;
+/* The oversize arena, when no dirty extent is big enough for `size`: the request is
+ * built from dirty extents' resident pages moved with mremap (page-table moves: no fault
+ * and no zeroing), so a loop of huge blocks of varying sizes faults in only what its
+ * live set outgrows. The largest dirty extent is grown in place or moved (MREMAP_MAYMOVE)
+ * to `size`; then further dirty extents, largest first, are moved into the grown part
+ * (MREMAP_FIXED, same length: a moved range never needs to be one VMA on kernels that
+ * move several, and a refusal only leaves that part to fault in). Only what no dirty
+ * page covers faults in. NULL when there is no dirty extent, the commit budget refuses
+ * the growth or the kernel refuses the first move. */
+#define GATHER_MAX_PIECES 8                /* mremap calls per request, beyond the first */
+#define GATHER_MIN_PIECE ((size_t)256 << 10) /* smaller remainders are not worth a VMA */
+static edata_t *extent_gather_dirty(arena_t *a, size_t size) {
+  edata_t *d = NULL;
+  for (edata_t *e = a->dirty.lru_head; e; e = e->lru_next)
+    if (d == NULL || e->size > d->size) d = e;
+  if (d == NULL || d->size >= size || d->size < GATHER_MIN_PIECE) return NULL;
   size_t grow = size - d->size;
   if (os_commit(grow)) return NULL;
   void *p = os_remap((void *)d->addr, d->size, size);
-  if (p == NULL) {
+  size_t fresh = grow; /* bytes of the block no dirty page backs (yet) */
+  if (p != NULL) {
+    eset_remove(&a->dirty, d);
+    lru_remove(&a->dirty, d);
+    rtree_write(d->addr, 0);
+    rtree_write(last_gran(d), 0);
+    a->mapped += grow;
+    __atomic_fetch_sub(&extent_resident_pages, d->size / os_page, __ATOMIC_RELAXED);
+  } else {
+    /* The extent spans two mappings (an earlier gather's pieces): growing needs one.
+     * Map the block afresh and move every piece, this one included, into it. */
+    edata_t *n = edata_get(a);
+    if (n == NULL || (p = os_map(size, GROW_MIN)) == NULL) {
+      if (n) edata_put(a, n);
+      os_decommit(grow);
+      return NULL;
+    }
     os_decommit(grow);
-    return NULL;
+    if (os_commit(size)) { /* the pieces moved in give their commitment back below */
+      os_unmap(p, size);
+      edata_put(a, n);
+      return NULL;
+    }
+    a->mapped += size;
+    d = n;
+    fresh = size;
   }
-  eset_remove(&a->dirty, d);
-  lru_remove(&a->dirty, d);
-  rtree_write(d->addr, 0);
-  rtree_write(last_gran(d), 0);
-  a->mapped += grow;
-  size_t old_pages = d->size / os_page;
   d->addr = (uintptr_t)p;
   d->size = size;
   d->zeroed = 0;
   if (rtree_ensure((uintptr_t)p, size)) {
     os_unmap(p, size);
     a->mapped -= size;
-    __atomic_fetch_sub(&extent_resident_pages, old_pages, __ATOMIC_RELAXED);
     os_decommit(size);
     edata_put(a, d);
     return NULL;
   }
+  for (unsigned n = 0; n < GATHER_MAX_PIECES && fresh >= GATHER_MIN_PIECE; n++) {
+    edata_t *s = NULL;
+    for (edata_t *e = a->dirty.lru_head; e; e = e->lru_next)
+      if (e->size >= GATHER_MIN_PIECE && (s == NULL || e->size > s->size)) s = e;
+    if (s == NULL) break;
+    size_t take = s->size < fresh ? s->size : fresh;
+    uintptr_t dest = (uintptr_t)p + size - fresh;
+    if (!os_remap_fixed((void *)s->addr, take, take, (void *)dest)) break;
+    eset_remove(&a->dirty, s);
+    rtree_write(s->addr, 0);
+    rtree_write(last_gran(s), 0);
+    if (take < s->size) { /* the rest stays dirty, at its place in the purge order */
+      s->addr += take;
+      s->size -= take;
+      extent_register(s, 0, false);
+      eset_insert(&a->dirty, s);
+    } else {
+      lru_remove(&a->dirty, s);
+      edata_put(a, s);
+    }
+    a->mapped -= take;     /* its old range is gone; its pages are the block's now */
+    os_decommit(take);     /* committed already, as dirty pages */
+    __atomic_fetch_sub(&extent_resident_pages, take / os_page, __ATOMIC_RELAXED);
+    fresh -= take;
+  }
   d->state = ES_ACTIVE;
   a->nactive += size / os_page;
-  __atomic_fetch_add(&extent_resident_pages, grow / os_page, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&extent_resident_pages, size / os_page, __ATOMIC_RELAXED);
   limit_check(a);
   return d;
 }
@@ -449,8 +498,10 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     state = ES_MUZZY;
     f = eset_fit(&a->muzzy, np);
   }
-  if (f == NULL && a->huge && h == NULL && align == os_page && (f = extent_remap_dirty(a, size)) != NULL)
+  if (f == NULL && a->huge && h == NULL && align == os_page && (f = extent_gather_dirty(a, size)) != NULL) {
+    arena_note_peak(a);
     return f;
+  }
   if (f == NULL) {
     /* Retained pages become memory: within the commit budget, after giving back dirty
      * pages if that is what it takes. */
@@ -519,6 +570,7 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     f->zeroed = 1; /* commit gives zeroed pages */
   }
   a->nactive += size / os_page;
+  if (a->huge) arena_note_peak(a);
   if (a->user) active_link(a, f);
   if (state == ES_RETAINED && h == NULL) {
     __atomic_fetch_add(&extent_resident_pages, size / os_page, __ATOMIC_RELAXED);

@@ -353,6 +353,10 @@ struct arena_s {
   uint8_t destroyed;      /* arena.<i>.destroy'ed: its index awaits reuse */
   edata_t *active_head;   /* user arenas: active extents through lru_next/prev (elock) */
   uint64_t gen;           /* atomic; advanced by reset and destroy with every bin lock held */
+  /* The oversize arena's active pages at their highest in this half decay time and in
+   * the one before (elock): its dirty cap (decay.c). */
+  size_t peak_active[2];
+  uint64_t peak_ns;
 };
 HIDDEN extern arena_t **arenas;   /* [narenas + 1]; the last is the oversize arena */
 HIDDEN extern unsigned narenas;   /* ordinary arenas */
@@ -371,6 +375,7 @@ HIDDEN size_t arena_purge_all(void); /* pages purged */
 HIDDEN uint64_t decay_now(void);
 HIDDEN void arena_note_dirty(arena_t *a);  /* elock held: sets purge_pending if a step is due */
 HIDDEN void arena_maybe_purge(arena_t *a); /* no lock held */
+HIDDEN void arena_note_peak(arena_t *a);  /* elock held: the oversize arena's active peak */
 HIDDEN void decay_init(decay_t *d, int64_t ms, uint64_t now);
 /* Advances d's clock to now with npages in its set; returns how many may stay. */
 HIDDEN size_t decay_step(decay_t *d, size_t npages, uint64_t now);

@@ -17,7 +17,7 @@ fi
 [ $rc -eq 0 ] || { echo "cgroup probe failed (rc $rc)"; exit 1; }
 
 peak=0
-for mix in 0 1 2 3 4; do
+for mix in 0 1 2 3 4 5; do
   out=$(LD_PRELOAD="$lib" "$prog" "$live" 1 "$mix") || { echo "phase $mix failed without a limit"; exit 1; }
   kb=$(echo "$out" | sed -n 's/.*"max_phase_rss_kb":\([0-9]*\).*/\1/p')
   [ "$kb" -gt "$peak" ] && peak=$kb

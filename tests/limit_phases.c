@@ -30,6 +30,7 @@ static const mix_t mixes[] = {
     {16384, 262144},           /* page runs */
     {262144, (size_t)4 << 20}, /* large blocks */
     {16, (size_t)1 << 20},     /* everything at once */
+    {(size_t)8 << 20, (size_t)24 << 20}, /* oversize blocks: that arena keeps its recent peak dirty */
 };
 #define NMIX (sizeof(mixes) / sizeof(mixes[0]))
 

@@ -156,6 +156,52 @@ static void test_huge_reuse_grows_freed_block(void) {
   strata_free(z);
 }
 
+/* When no freed block is big enough, the oversize arena builds the request out of
+ * several freed blocks' pages (mremap, no fault): the largest grows, the next moves into
+ * the growth (or both move into a new mapping when they had coalesced across two), and
+ * only the rest is new memory. Fails on the previous design, which grew only the most
+ * recently freed block (mapped +12 MiB and the other block's pages left dirty). */
+static void test_huge_request_gathers_freed_blocks(void) {
+  arena_t *h = arena_get(narenas);
+  size_t mib = (size_t)1 << 20;
+  arena_purge(h); /* earlier tests' freed blocks out of the way */
+  char *p1 = strata_malloc(10 * mib), *p2 = strata_malloc(8 * mib);
+  CHECK(p1 != NULL && p2 != NULL);
+  memset(p1, 0x11, 10 * mib);
+  memset(p2, 0x22, 8 * mib);
+  strata_free(p1);
+  strata_free(p2);
+  mtx_lock(&h->elock);
+  size_t mapped0 = h->mapped, dirty0 = h->dirty.npages;
+  mtx_unlock(&h->elock);
+  CHECK_EQ(dirty0, 18 * mib / os_page);
+  char *q = strata_malloc(20 * mib); /* no single freed block fits */
+  CHECK(q != NULL);
+  mtx_lock(&h->elock);
+  size_t grown = h->mapped - mapped0, dirty1 = h->dirty.npages;
+  mtx_unlock(&h->elock);
+  CHECK_EQ(grown, 2 * mib);
+  CHECK_EQ(dirty1, 0);
+  /* Both blocks' pages came along (in address order when the two had coalesced), and
+   * the new 2 MiB at the end are zero. */
+  size_t n11 = 0, n22 = 0, n0 = 0;
+  for (size_t i = 0; i < 20 * mib; i += 4096) {
+    n11 += q[i] == 0x11 && q[i + 4095] == 0x11;
+    n22 += q[i] == 0x22 && q[i + 4095] == 0x22;
+    n0 += i >= 18 * mib && q[i] == 0 && q[i + 4095] == 0;
+  }
+  CHECK_EQ(n11, 10 * mib / 4096);
+  CHECK_EQ(n22, 8 * mib / 4096);
+  CHECK_EQ(n0, 2 * mib / 4096);
+  strata_free(q);
+  char *z = strata_calloc(1, 24 * mib);
+  CHECK(z != NULL);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < 24 * mib; i += 4096) nonzero += z[i] != 0;
+  CHECK_EQ(nonzero, 0);
+  strata_free(z);
+}
+
 int main(void) {
   if (strata_init()) return 1;
   /* An arena no thread is bound to: this thread's own allocations (stdio) stay out of it. */
@@ -169,5 +215,6 @@ int main(void) {
   RUN(test_purge_moves_dirty_to_retained);
   RUN(test_pairing_heap_orders_by_address);
   RUN(test_huge_reuse_grows_freed_block);
+  RUN(test_huge_request_gathers_freed_blocks);
   UNIT_EXIT();
 }
