@@ -159,7 +159,11 @@ void *arena_large_remap(edata_t *e, size_t usize) {
   } else {
     __atomic_fetch_sub(&extent_resident_pages, (e->size - esize) / os_page, __ATOMIC_RELAXED);
   }
+  /* The oversize arena backs the growth with freed blocks' pages where it has some:
+   * no faults, and they do not sit resident beside the grown block. */
+  if (a->huge && esize > e->size) extent_fill_from_dirty(a, (uintptr_t)p + esize, esize - e->size);
   a->nactive += esize / os_page - e->size / os_page;
+  if (a->huge) arena_note_peak(a);
   a->large_allocated += usize - sz_size[e->szind];
   lext_count(a->lext_ndalloc, e->szind);
   e->addr = (uintptr_t)p;

@@ -24,6 +24,11 @@ _Static_assert(DECAY_STEPS == sizeof(((decay_t *)0)->backlog) / sizeof(size_t), 
 /* The oversize arena keeps at most this much more dirty than it has active (see
  * dirty_cap). */
 #define HUGE_STORM_SLACK ((size_t)256 << 20)
+static void huge_note(const arena_t *a);
+static bool huge_over_floor;   /* atomic: the oversize arena's dirty pages passed the floor */
+static uint64_t huge_alloc_ns; /* atomic: the oversize arena's last allocation */
+static bool huge_trim_pending; /* atomic */
+#define HUGE_IDLE_NS ((uint64_t)100 * 1000000u) /* one decay step at the default 10 s */
 /* The background thread is woken early when an arena's dirty pages grew by this many
  * since it last looked (jemalloc's BACKGROUND_THREAD_NPAGES_THRESHOLD). */
 #define BG_WAKE_NPAGES 1024
@@ -53,6 +58,7 @@ void arena_note_peak(arena_t *a) {
     a->peak_ns = now;
   }
   if (a->nactive > a->peak_active[0]) a->peak_active[0] = a->nactive;
+  __atomic_store_n(&huge_alloc_ns, now, __ATOMIC_RELAXED);
 }
 
 static size_t dirty_cap(const arena_t *a) {
@@ -134,6 +140,7 @@ static void decay_arena_locked(arena_t *a) {
   if (a->dirty.npages > cap && keep > cap / 2) keep = a->huge ? cap : cap / 2;
   if (keep < a->dirty.npages) extent_purge(a, ES_DIRTY, keep, decay_ms(&a->mdecay) != 0);
   a->ddecay.nunpurged = a->dirty.npages;
+  if (a->huge) huge_note(a);
   if (a->muzzy.npages) {
     keep = decay_step(&a->mdecay, a->muzzy.npages, now);
     if (keep < a->muzzy.npages) extent_purge(a, ES_MUZZY, keep, false);
@@ -141,7 +148,28 @@ static void decay_arena_locked(arena_t *a) {
   a->mdecay.nunpurged = a->muzzy.npages;
 }
 
+/* The oversize arena's dirty pages beyond DIRTY_CAP_MIN are kept for its own reuse; when
+ * another arena's pages grow meanwhile (limit_check), the excess goes (huge_trim), so a
+ * program whose huge blocks are done does not carry them into its next phase
+ * (wl_sizesweep: 64 MiB more at its 1 GiB realloc peak without this). */
+
+static void huge_note(const arena_t *a) {
+  bool over = a->dirty.npages > DIRTY_CAP_MIN / os_page;
+  if (over != __atomic_load_n(&huge_over_floor, __ATOMIC_RELAXED)) __atomic_store_n(&huge_over_floor, over, __ATOMIC_RELAXED);
+}
+
+static void huge_trim(void) {
+  arena_t *h = __atomic_load_n(&arenas[narenas], __ATOMIC_ACQUIRE);
+  if (h == NULL) return;
+  mtx_lock(&h->elock);
+  if (h->dirty.npages > DIRTY_CAP_MIN / os_page) extent_purge(h, ES_DIRTY, DIRTY_CAP_MIN / os_page, false);
+  h->ddecay.nunpurged = h->dirty.npages;
+  huge_note(h);
+  mtx_unlock(&h->elock);
+}
+
 void arena_note_dirty(arena_t *a) {
+  if (a->huge) huge_note(a);
   size_t nd = a->dirty.npages;
   if (nd == 0 && a->muzzy.npages == 0) return;
   int64_t ms = decay_ms(&a->ddecay);
@@ -165,6 +193,8 @@ void arena_note_dirty(arena_t *a) {
 void arena_maybe_purge(arena_t *a) {
   if (likely(!__atomic_load_n(&a->purge_pending, __ATOMIC_RELAXED))) return;
   if (__atomic_load_n(&limit_pending, __ATOMIC_RELAXED)) limit_purge();
+  if (__atomic_load_n(&huge_trim_pending, __ATOMIC_RELAXED) && __atomic_exchange_n(&huge_trim_pending, false, __ATOMIC_ACQ_REL))
+    huge_trim();
   bool bg = __atomic_load_n(&bg_enabled, __ATOMIC_RELAXED);
   mtx_lock(&a->elock);
   if (a->purge_pending) {
@@ -239,6 +269,14 @@ static uint64_t resident_bytes(void) {
 
 void limit_check(arena_t *a) {
   uint64_t now = decay_now(), last = __atomic_load_n(&limit_read_ns, __ATOMIC_RELAXED);
+  /* Another arena grows while the oversize arena, idle for HUGE_IDLE_NS, holds pages past
+   * its floor: give them back (the caller trims after unlocking). */
+  if (!a->huge && __atomic_load_n(&huge_over_floor, __ATOMIC_RELAXED) &&
+      now - __atomic_load_n(&huge_alloc_ns, __ATOMIC_RELAXED) >= HUGE_IDLE_NS &&
+      !__atomic_load_n(&huge_trim_pending, __ATOMIC_RELAXED)) {
+    __atomic_store_n(&huge_trim_pending, true, __ATOMIC_RELAXED);
+    __atomic_store_n(&a->purge_pending, true, __ATOMIC_RELAXED);
+  }
   if (now - last >= LIMIT_REREAD_NS &&
       __atomic_compare_exchange_n(&limit_read_ns, &last, now, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     __atomic_store_n(&os_mem_limit, os_mem_limit_read(), __ATOMIC_RELAXED);

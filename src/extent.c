@@ -393,6 +393,34 @@ static bool commit_or_purge(arena_t *a, size_t size) {
  * the growth or the kernel refuses the first move. */
 #define GATHER_MAX_PIECES 8                /* mremap calls per request, beyond the first */
 #define GATHER_MIN_PIECE ((size_t)256 << 10) /* smaller remainders are not worth a VMA */
+size_t extent_fill_from_dirty(arena_t *a, uintptr_t end, size_t fresh) {
+  for (unsigned n = 0; n < GATHER_MAX_PIECES && fresh >= GATHER_MIN_PIECE; n++) {
+    edata_t *s = NULL;
+    for (edata_t *e = a->dirty.lru_head; e; e = e->lru_next)
+      if (e->size >= GATHER_MIN_PIECE && (s == NULL || e->size > s->size)) s = e;
+    if (s == NULL) break;
+    size_t take = s->size < fresh ? s->size : fresh;
+    if (!os_remap_fixed((void *)s->addr, take, take, (void *)(end - fresh))) break;
+    eset_remove(&a->dirty, s);
+    rtree_write(s->addr, 0);
+    rtree_write(last_gran(s), 0);
+    if (take < s->size) { /* the rest stays dirty, at its place in the purge order */
+      s->addr += take;
+      s->size -= take;
+      extent_register(s, 0, false);
+      eset_insert(&a->dirty, s);
+    } else {
+      lru_remove(&a->dirty, s);
+      edata_put(a, s);
+    }
+    a->mapped -= take; /* its old range is gone; its pages are the block's now */
+    os_decommit(take); /* committed already, as dirty pages */
+    __atomic_fetch_sub(&extent_resident_pages, take / os_page, __ATOMIC_RELAXED);
+    fresh -= take;
+  }
+  return fresh;
+}
+
 static edata_t *extent_gather_dirty(arena_t *a, size_t size) {
   edata_t *d = NULL;
   for (edata_t *e = a->dirty.lru_head; e; e = e->lru_next)
@@ -438,31 +466,7 @@ static edata_t *extent_gather_dirty(arena_t *a, size_t size) {
     edata_put(a, d);
     return NULL;
   }
-  for (unsigned n = 0; n < GATHER_MAX_PIECES && fresh >= GATHER_MIN_PIECE; n++) {
-    edata_t *s = NULL;
-    for (edata_t *e = a->dirty.lru_head; e; e = e->lru_next)
-      if (e->size >= GATHER_MIN_PIECE && (s == NULL || e->size > s->size)) s = e;
-    if (s == NULL) break;
-    size_t take = s->size < fresh ? s->size : fresh;
-    uintptr_t dest = (uintptr_t)p + size - fresh;
-    if (!os_remap_fixed((void *)s->addr, take, take, (void *)dest)) break;
-    eset_remove(&a->dirty, s);
-    rtree_write(s->addr, 0);
-    rtree_write(last_gran(s), 0);
-    if (take < s->size) { /* the rest stays dirty, at its place in the purge order */
-      s->addr += take;
-      s->size -= take;
-      extent_register(s, 0, false);
-      eset_insert(&a->dirty, s);
-    } else {
-      lru_remove(&a->dirty, s);
-      edata_put(a, s);
-    }
-    a->mapped -= take;     /* its old range is gone; its pages are the block's now */
-    os_decommit(take);     /* committed already, as dirty pages */
-    __atomic_fetch_sub(&extent_resident_pages, take / os_page, __ATOMIC_RELAXED);
-    fresh -= take;
-  }
+  fresh = extent_fill_from_dirty(a, (uintptr_t)p + size, fresh);
   d->state = ES_ACTIVE;
   a->nactive += size / os_page;
   __atomic_fetch_add(&extent_resident_pages, size / os_page, __ATOMIC_RELAXED);
@@ -612,6 +616,7 @@ bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size) {
   }
   e->size = new_size;
   a->nactive += need / os_page;
+  if (a->huge) arena_note_peak(a);
   if (state == ES_MUZZY) e->zeroed = 0;
   if (state == ES_RETAINED) {
     __atomic_fetch_add(&extent_resident_pages, need / os_page, __ATOMIC_RELAXED);

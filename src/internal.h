@@ -245,6 +245,10 @@ typedef struct arena_s arena_t;
 /* All take the arena's extent lock (elock) as noted. */
 HIDDEN edata_t *extent_alloc(arena_t *a, size_t size, size_t align); /* elock held */
 HIDDEN void extent_dalloc(arena_t *a, edata_t *e);                   /* elock held */
+/* The oversize arena: dirty extents' pages moved (mremap) into the last `fresh` bytes
+ * before `end` of an active block, largest first; returns the bytes still not backed.
+ * Those pieces' commitment and resident count pass to the block (elock held). */
+HIDDEN size_t extent_fill_from_dirty(arena_t *a, uintptr_t end, size_t fresh);
 HIDDEN bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size); /* elock held; true on failure */
 HIDDEN void extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size); /* elock held */
 /* Purges the oldest extents of the dirty or muzzy set (from: ES_DIRTY, ES_MUZZY) down to
