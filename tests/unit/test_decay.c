@@ -2,6 +2,7 @@
  * muzzy -> retained, and the container-limit logic (headroom, when a purge is due, the
  * purge of every arena when taking fresh pages brings resident near the limit). */
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 #include "unit.h"
@@ -111,6 +112,43 @@ static void test_limit_purges_every_arena_when_fresh_pages_near_it(void) {
   os_mem_limit = saved;
 }
 
+/* The oversize arena keeps its recent peak of freed pages for reuse (past the 32 MiB
+ * floor), but gives the excess back when another arena takes fresh pages while it has
+ * been idle for 100 ms. Fails on the previous design at the first check (its cap purged
+ * down to 32 MiB at the free), and without the trim at the last. */
+static void test_oversize_arena_keeps_its_peak_and_trims_it_when_idle(void) {
+  arena_t *h = arena_get(narenas), *b = arena_get(4);
+  size_t M = (size_t)1 << 20;
+  uint64_t now = decay_now();
+  decay_init(&h->ddecay, -1, now); /* nothing decays by age */
+  decay_init(&b->ddecay, -1, now);
+  arena_purge(h);
+  void *p[3];
+  for (int i = 0; i < 3; i++) {
+    p[i] = arena_large_alloc(h, 16 * M, 0, false);
+    CHECK(p[i] != NULL);
+    memset(p[i], 1, 16 * M);
+  }
+  for (int i = 0; i < 3; i++) arena_large_dalloc(rt_edata(rtree_read((uintptr_t)p[i])));
+  arena_maybe_purge(h);
+  CHECK_EQ(h->dirty.npages, 48 * M / os_page);
+  /* Just used: another arena's fresh pages leave it alone. */
+  arena_purge(b);
+  void *q = arena_large_alloc(b, 4 * M, 0, false);
+  CHECK(q != NULL);
+  CHECK_EQ(h->dirty.npages, 48 * M / os_page);
+  arena_large_dalloc(rt_edata(rtree_read((uintptr_t)q)));
+  struct timespec ts = {0, 150 * 1000000L};
+  nanosleep(&ts, NULL);
+  arena_purge(b);
+  q = arena_large_alloc(b, 4 * M, 0, false);
+  CHECK(q != NULL);
+  CHECK(h->dirty.npages <= 32 * M / os_page);
+  arena_large_dalloc(rt_edata(rtree_read((uintptr_t)q)));
+  decay_init(&h->ddecay, arenas_dirty_decay_ms, decay_now());
+  decay_init(&b->ddecay, arenas_dirty_decay_ms, decay_now());
+}
+
 int main(void) {
   if (strata_init()) return 1;
   printf("unit: decay\n");
@@ -119,5 +157,6 @@ int main(void) {
   RUN(test_dirty_goes_muzzy_then_retained_each_on_its_clock);
   RUN(test_limit_headroom_and_due);
   RUN(test_limit_purges_every_arena_when_fresh_pages_near_it);
+  RUN(test_oversize_arena_keeps_its_peak_and_trims_it_when_idle);
   UNIT_EXIT();
 }
