@@ -75,9 +75,7 @@ static void arena_reset_locked(arena_t *a) {
     edata_t *next = e->lru_next;
     e->lru_next = e->lru_prev = NULL;
     if (e->slab) {
-      bin_t *bin = &a->bins[e->szind];
-      *(void **)e->bitmap = bin->bitmap_free;
-      bin->bitmap_free = e->bitmap;
+      bitmap_free(e->szind, e->bitmap);
       e->bitmap = NULL;
       extent_deregister_interior(e);
     }

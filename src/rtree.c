@@ -1,13 +1,34 @@
 /*
- * rtree.c - creation of the page map's leaves. Lookups and writes are inline in
- * internal.h; a leaf is mapped when an extent's range is first registered and is
- * never freed, so readers need no lock and never see a leaf disappear.
+ * rtree.c - the page map's leaves. Lookups and writes are inline in internal.h; a leaf is
+ * mapped when an extent's range is first registered and never unmapped, so lock-free
+ * readers never see a leaf disappear. Each page of a leaf counts its non-zero entries;
+ * a page whose entries are all zero may be purged in place (MADV_DONTNEED): it reads back
+ * as zeros, which is what it held, so readers cannot tell. A writer that makes an entry
+ * non-zero pins the page first (count + 1 before the store), so no store can land in a
+ * page while it is being purged and be lost with it.
  */
+#include <sched.h>
+
 #include "internal.h"
 
 uint64_t *rtree_l1[RT_L1_SIZE];
 mtx_t rtree_lock = MTX_INITIALIZER;
-static size_t rtree_leaf_bytes; /* guarded by rtree_lock; part of stats.metadata */
+static size_t rtree_leaf_bytes;     /* atomic: bytes of leaf mappings (counts included) */
+static size_t rtree_clean_pages;    /* atomic: leaf pages not resident (never touched or purged) */
+static size_t rtree_nempty;         /* atomic: pages whose count fell to 0 since the last purge */
+static size_t rtree_hi;             /* atomic: L1 entries [0, rtree_hi) may have a leaf */
+
+/* Per-page word: the count of non-zero entries, and two flags. */
+#define RT_CNT_PURGING 0x40000000u /* being purged: a pinning writer waits */
+#define RT_CNT_CLEAN 0x20000000u   /* not resident (fresh or purged): nothing to purge */
+#define RT_CNT_MASK 0x0fffffffu
+
+static inline size_t leaf_pages(void) { return RT_LEAF_SIZE * sizeof(uint64_t) / os_page; }
+/* The counts follow the leaf's entries in the same mapping. */
+static inline uint32_t *leaf_counts(uint64_t *leaf) { return (uint32_t *)(leaf + RT_LEAF_SIZE); }
+static inline size_t leaf_map_bytes(void) {
+  return RT_LEAF_SIZE * sizeof(uint64_t) + ((leaf_pages() * sizeof(uint32_t) + os_page - 1) & ~(os_page - 1));
+}
 
 bool rtree_ensure(uintptr_t a, size_t size) {
   uintptr_t end = a + size - 1;
@@ -17,16 +38,81 @@ bool rtree_ensure(uintptr_t a, size_t size) {
     if (__atomic_load_n(&rtree_l1[i], __ATOMIC_ACQUIRE) != NULL) continue;
     mtx_lock(&rtree_lock);
     if (rtree_l1[i] == NULL) {
-      size_t bytes = RT_LEAF_SIZE * sizeof(uint64_t);
+      size_t bytes = leaf_map_bytes();
       uint64_t *leaf = os_map(bytes, os_page);
       if (leaf == NULL) {
         mtx_unlock(&rtree_lock);
         return true;
       }
-      rtree_leaf_bytes += bytes;
+      uint32_t *cnt = leaf_counts(leaf);
+      for (size_t p = 0; p < leaf_pages(); p++) cnt[p] = RT_CNT_CLEAN;
+      __atomic_fetch_add(&rtree_leaf_bytes, bytes, __ATOMIC_RELAXED);
+      __atomic_fetch_add(&rtree_clean_pages, leaf_pages(), __ATOMIC_RELAXED);
       __atomic_store_n(&rtree_l1[i], leaf, __ATOMIC_RELEASE);
+      if (i + 1 > rtree_hi) __atomic_store_n(&rtree_hi, i + 1, __ATOMIC_RELEASE);
     }
     mtx_unlock(&rtree_lock);
   }
   return false;
+}
+
+static inline uint32_t *count_of(uintptr_t a) {
+  uint64_t *leaf = __atomic_load_n(&rtree_l1[a >> (LG_GRAN + RT_LG_LEAF)], __ATOMIC_ACQUIRE);
+  size_t idx = (a >> LG_GRAN) & (RT_LEAF_SIZE - 1);
+  return &leaf_counts(leaf)[idx * sizeof(uint64_t) / os_page];
+}
+
+/* An entry goes from zero to v or from non-zero to zero (the owner of the granule's
+ * extent writes it, under that arena's lock: entries have one writer at a time). */
+void rtree_write_slow(uintptr_t a, uint64_t *s, uint64_t v) {
+  uint32_t *c = count_of(a);
+  if (v == 0) {
+    __atomic_store_n(s, 0, __ATOMIC_RELEASE);
+    if ((__atomic_sub_fetch(c, 1, __ATOMIC_ACQ_REL) & RT_CNT_MASK) == 0)
+      __atomic_fetch_add(&rtree_nempty, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  uint32_t old = __atomic_fetch_add(c, 1, __ATOMIC_ACQ_REL);
+  if (unlikely(old & (RT_CNT_PURGING | RT_CNT_CLEAN))) {
+    /* The purge of this page is in flight: the store must come after it (a few µs). */
+    while (__atomic_load_n(c, __ATOMIC_ACQUIRE) & RT_CNT_PURGING) sched_yield();
+    if (__atomic_fetch_and(c, ~RT_CNT_CLEAN, __ATOMIC_ACQ_REL) & RT_CNT_CLEAN)
+      __atomic_fetch_sub(&rtree_clean_pages, 1, __ATOMIC_RELAXED);
+  }
+  __atomic_store_n(s, v, __ATOMIC_RELEASE);
+}
+
+/* Purges the leaf pages whose entries are all zero and that may be resident; pages, in
+ * runs, claimed by a CAS from 0 (no entry, no pinning writer, not clean) to PURGING. Holds
+ * no lock. Returns bytes purged. */
+size_t rtree_purge(void) {
+  if (__atomic_exchange_n(&rtree_nempty, 0, __ATOMIC_ACQ_REL) == 0) return 0;
+  size_t purged = 0, np = leaf_pages();
+  for (size_t i = 0, hi = __atomic_load_n(&rtree_hi, __ATOMIC_ACQUIRE); i < hi; i++) {
+    uint64_t *leaf = __atomic_load_n(&rtree_l1[i], __ATOMIC_ACQUIRE);
+    if (leaf == NULL) continue;
+    uint32_t *cnt = leaf_counts(leaf);
+    for (size_t p = 0; p < np;) {
+      size_t q = p;
+      for (uint32_t zero = 0; q < np; q++, zero = 0)
+        if (!__atomic_compare_exchange_n(&cnt[q], &zero, RT_CNT_PURGING, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+          break;
+      if (q == p) {
+        p++;
+        continue;
+      }
+      os_purge((char *)leaf + p * os_page, (q - p) * os_page);
+      for (size_t k = p; k < q; k++) __atomic_fetch_add(&cnt[k], RT_CNT_CLEAN - RT_CNT_PURGING, __ATOMIC_ACQ_REL);
+      __atomic_fetch_add(&rtree_clean_pages, q - p, __ATOMIC_RELAXED);
+      purged += (q - p) * os_page;
+      p = q;
+    }
+  }
+  return purged;
+}
+
+size_t rtree_resident_bytes(void) {
+  size_t m = __atomic_load_n(&rtree_leaf_bytes, __ATOMIC_RELAXED);
+  size_t c = __atomic_load_n(&rtree_clean_pages, __ATOMIC_RELAXED) * os_page;
+  return c < m ? m - c : 0;
 }
