@@ -168,6 +168,7 @@ static inline void rtree_write(uintptr_t a, uint64_t v) {
 HIDDEN bool rtree_ensure(uintptr_t a, size_t size); /* true on failure */
 HIDDEN size_t rtree_purge(void);          /* no lock held; bytes purged */
 HIDDEN size_t rtree_resident_bytes(void); /* leaf pages that may be resident */
+HIDDEN extern void (*rtree_purge_test_hook)(void *pages, size_t n); /* unit tests only */
 #define RT_SZ_SHIFT 48
 #define RT_SLAB ((uint64_t)1)
 #define RT_PTR_MASK ((((uint64_t)1) << RT_SZ_SHIFT) - 16)

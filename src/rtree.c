@@ -16,7 +16,11 @@ mtx_t rtree_lock = MTX_INITIALIZER;
 static size_t rtree_leaf_bytes;     /* atomic: bytes of leaf mappings (counts included) */
 static size_t rtree_clean_pages;    /* atomic: leaf pages not resident (never touched or purged) */
 static size_t rtree_nempty;         /* atomic: pages whose count fell to 0 since the last purge */
-static size_t rtree_hi;             /* atomic: L1 entries [0, rtree_hi) may have a leaf */
+/* The L1 indices that have a leaf, in creation order: rtree_purge's walk (L1 has 2^17
+ * entries, a process a few leaves). */
+static uint32_t rtree_leaf_ind[RT_L1_SIZE];
+static size_t rtree_nleaves; /* atomic; appended under rtree_lock */
+void (*rtree_purge_test_hook)(void *pages, size_t n); /* tests: runs between claim and madvise */
 
 /* Per-page word: the count of non-zero entries, and two flags. */
 #define RT_CNT_PURGING 0x40000000u /* being purged: a pinning writer waits */
@@ -49,7 +53,8 @@ bool rtree_ensure(uintptr_t a, size_t size) {
       __atomic_fetch_add(&rtree_leaf_bytes, bytes, __ATOMIC_RELAXED);
       __atomic_fetch_add(&rtree_clean_pages, leaf_pages(), __ATOMIC_RELAXED);
       __atomic_store_n(&rtree_l1[i], leaf, __ATOMIC_RELEASE);
-      if (i + 1 > rtree_hi) __atomic_store_n(&rtree_hi, i + 1, __ATOMIC_RELEASE);
+      rtree_leaf_ind[rtree_nleaves] = (uint32_t)i;
+      __atomic_store_n(&rtree_nleaves, rtree_nleaves + 1, __ATOMIC_RELEASE);
     }
     mtx_unlock(&rtree_lock);
   }
@@ -88,9 +93,8 @@ void rtree_write_slow(uintptr_t a, uint64_t *s, uint64_t v) {
 size_t rtree_purge(void) {
   if (__atomic_exchange_n(&rtree_nempty, 0, __ATOMIC_ACQ_REL) == 0) return 0;
   size_t purged = 0, np = leaf_pages();
-  for (size_t i = 0, hi = __atomic_load_n(&rtree_hi, __ATOMIC_ACQUIRE); i < hi; i++) {
-    uint64_t *leaf = __atomic_load_n(&rtree_l1[i], __ATOMIC_ACQUIRE);
-    if (leaf == NULL) continue;
+  for (size_t l = 0, nl = __atomic_load_n(&rtree_nleaves, __ATOMIC_ACQUIRE); l < nl; l++) {
+    uint64_t *leaf = __atomic_load_n(&rtree_l1[rtree_leaf_ind[l]], __ATOMIC_ACQUIRE);
     uint32_t *cnt = leaf_counts(leaf);
     for (size_t p = 0; p < np;) {
       size_t q = p;
@@ -101,6 +105,7 @@ size_t rtree_purge(void) {
         p++;
         continue;
       }
+      if (unlikely(rtree_purge_test_hook != NULL)) rtree_purge_test_hook((char *)leaf + p * os_page, q - p);
       os_purge((char *)leaf + p * os_page, (q - p) * os_page);
       for (size_t k = p; k < q; k++) __atomic_fetch_add(&cnt[k], RT_CNT_CLEAN - RT_CNT_PURGING, __ATOMIC_ACQ_REL);
       __atomic_fetch_add(&rtree_clean_pages, q - p, __ATOMIC_RELAXED);
