@@ -631,6 +631,7 @@ size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool lazy) {
       n++;
     }
     a->nmadvise += n;
+    a->npurging++;
     mtx_unlock(&a->elock);
     for (edata_t *e = batch; e; e = e->lru_next) {
       if (lazy) {
@@ -642,6 +643,7 @@ size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool lazy) {
       }
     }
     mtx_lock(&a->elock);
+    a->npurging--;
     while (batch) {
       edata_t *e = batch;
       batch = e->lru_next;
@@ -744,9 +746,11 @@ size_t extent_purge_hooked(arena_t *a, extent_hooks_t *h, size_t target_pages) {
       batch = e;
       n++;
     }
+    a->npurging++;
     mtx_unlock(&a->elock);
     for (edata_t *e = batch; e; e = e->lru_next) e->bucket = (uint8_t)extent_release_hooked(a, h, e);
     mtx_lock(&a->elock);
+    a->npurging--;
     while (batch) {
       edata_t *e = batch;
       batch = e->lru_next;

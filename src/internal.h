@@ -116,6 +116,7 @@ HIDDEN size_t meta_pool_used(unsigned pool);
  * Returns bytes purged. Called when the heap went idle (background threads), by purges
  * of every arena (malloc_trim, arena.<i>.purge) and by the container-limit purge. */
 HIDDEN size_t meta_purge(void);
+HIDDEN void meta_postfork_child(void);
 
 /* ------------------------------------------------------------------ rtree.c */
 /*
@@ -362,6 +363,7 @@ struct arena_s {
   eset_t retained;        /* address space kept, no memory (purged or never touched) */
   edata_t *edata_free;    /* free edata (arena_id 0), at most EDATA_CACHE_MAX */
   unsigned edata_nfree;
+  unsigned npurging;       /* purge batches in flight (elock dropped): destroy waits for 0 */
   size_t grow_next;       /* next mapping size when growing */
   size_t nactive;         /* pages in active extents (slabs and large) */
   size_t mapped;          /* bytes mapped from the OS */

@@ -256,6 +256,22 @@ size_t meta_mapped(void) {
          rtree_resident_bytes();
 }
 
+/* The child of a fork: a purge another thread had in flight is over (its thread is gone);
+ * pool pages it had taken out are unused again (their contents do not matter: pool_page
+ * relinks every object and meta_pool_get zeroes each). The page map's purge holds
+ * rtree_lock over each run, which fork takes, so no page-map page is caught mid-purge. */
+void meta_postfork_child(void) {
+  for (meta_chunk_t *c = meta_chunks; c; c = c->next) {
+    for (size_t i = c->first; i < c->npages; i++) {
+      if (c->page[i].state != MP_PURGING) continue;
+      c->page[i] = (meta_page_t){0};
+      map_set(c->unused, i);
+      meta_pool_bytes -= os_page;
+    }
+  }
+  meta_purge_running = false;
+}
+
 size_t meta_purge(void) {
   if (__atomic_exchange_n(&meta_purge_running, true, __ATOMIC_ACQUIRE)) return 0;
   size_t n = pool_purge() + rtree_purge();

@@ -97,11 +97,20 @@ size_t rtree_purge(void) {
     uint64_t *leaf = __atomic_load_n(&rtree_l1[rtree_leaf_ind[l]], __ATOMIC_ACQUIRE);
     uint32_t *cnt = leaf_counts(leaf);
     for (size_t p = 0; p < np;) {
+      /* rtree_lock over each run (claim, madvise, release): fork takes it, so a child never
+       * inherits a page left PURGING, which would stop its writers for ever. Writers do not
+       * take it (they wait on the page's flag); only leaf creation does. */
+      if (__atomic_load_n(&cnt[p], __ATOMIC_RELAXED) != 0) { /* the common case: skip unlocked */
+        p++;
+        continue;
+      }
+      mtx_lock(&rtree_lock);
       size_t q = p;
       for (uint32_t zero = 0; q < np; q++, zero = 0)
         if (!__atomic_compare_exchange_n(&cnt[q], &zero, RT_CNT_PURGING, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
           break;
       if (q == p) {
+        mtx_unlock(&rtree_lock);
         p++;
         continue;
       }
@@ -109,6 +118,7 @@ size_t rtree_purge(void) {
       os_purge((char *)leaf + p * os_page, (q - p) * os_page);
       for (size_t k = p; k < q; k++) __atomic_fetch_add(&cnt[k], RT_CNT_CLEAN - RT_CNT_PURGING, __ATOMIC_ACQ_REL);
       __atomic_fetch_add(&rtree_clean_pages, q - p, __ATOMIC_RELAXED);
+      mtx_unlock(&rtree_lock);
       purged += (q - p) * os_page;
       p = q;
     }
