@@ -109,13 +109,16 @@ static edata_t *edata_get(arena_t *a) {
       a->edata_free = f;
     }
     a->edata_nfree += n - 1;
-    e = objs[0]; /* zeroed by the pool */
+    e = objs[0];
   } else {
     a->edata_free = e->lru_next;
     a->edata_nfree--;
-    memset(e, 0, sizeof(*e));
   }
-  e->arena_id = (uint16_t)(a->ind + 1);
+  /* Every field but arena_id, which stale readers in other arenas may be loading. */
+  const size_t at = offsetof(edata_t, arena_id), after = at + sizeof(e->arena_id);
+  memset(e, 0, at);
+  memset((char *)e + after, 0, sizeof(*e) - after);
+  __atomic_store_n(&e->arena_id, (uint16_t)(a->ind + 1), __ATOMIC_RELAXED);
   return e;
 }
 
@@ -136,7 +139,7 @@ void edata_cache_flush(arena_t *a, unsigned keep) {
 
 static void edata_put(arena_t *a, edata_t *e) {
   e->state = ES_ACTIVE; /* no longer a free extent: stale rtree reads must not merge it */
-  e->arena_id = 0;
+  __atomic_store_n(&e->arena_id, 0, __ATOMIC_RELAXED);
   e->lru_next = a->edata_free;
   a->edata_free = e;
   if (++a->edata_nfree > EDATA_CACHE_MAX) edata_cache_flush(a, EDATA_CACHE_MAX / 2);
@@ -147,8 +150,7 @@ static inline uintptr_t last_gran(const edata_t *e) { return e->addr + e->size -
 
 void extent_register(edata_t *e, unsigned szind, bool slab) {
   if (slab) {
-    uint64_t v = rt_make(e, szind, 1);
-    for (uintptr_t g = e->addr; g < e->addr + e->size; g += GRAN) rtree_write(g, v);
+    rtree_write_range(e->addr, e->size / GRAN, rt_make(e, szind, 1));
     return;
   }
   (void)szind; /* large and free extents: class 0, see the rtree entry layout */
@@ -157,7 +159,7 @@ void extent_register(edata_t *e, unsigned szind, bool slab) {
 }
 
 void extent_deregister_interior(edata_t *e) {
-  for (uintptr_t g = e->addr + GRAN; g < last_gran(e); g += GRAN) rtree_write(g, 0);
+  if (e->size > 2 * GRAN) rtree_write_range(e->addr + GRAN, e->size / GRAN - 2, 0);
 }
 
 /* ---------------------------------------------------------------- extent sets */

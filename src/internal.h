@@ -105,7 +105,7 @@ HIDDEN size_t meta_mapped(void);      /* metadata bytes that may be resident (st
 HIDDEN extern mtx_t meta_lock;
 /* Pools of fixed-size objects (a multiple of 16 bytes, at most a page) whose number follows
  * the heap's peak: packed lowest address first, so pages empty out after a peak and
- * meta_purge returns them. Objects come zeroed and 16-byte aligned. */
+ * meta_purge returns them. Objects come 16-byte aligned, not initialised. */
 #define META_NPOOLS 8
 enum { META_POOL_EDATA = 0, META_POOL_BITMAP0 = 1 }; /* bitmaps: pools 1.. by size (slab.c) */
 HIDDEN void meta_pool_init(unsigned pool, size_t size);
@@ -157,6 +157,7 @@ static inline uint64_t rtree_read(uintptr_t a) {
  * the granule's extent. An entry that becomes zero or non-zero updates its page's count
  * (rtree.c: empty pages are purged in place). */
 HIDDEN void rtree_write_slow(uintptr_t a, uint64_t *s, uint64_t v);
+HIDDEN void rtree_write_range(uintptr_t a, size_t n, uint64_t v); /* n granules from a */
 static inline void rtree_write(uintptr_t a, uint64_t v) {
   uint64_t *s = rtree_slot(a);
   sassert(s != NULL);
@@ -304,6 +305,7 @@ typedef struct {
   edata_t *cur;         /* slab regions are taken from */
   ph_node_t *nonfull;   /* other slabs with free regions, lowest address first */
   edata_t *spare;       /* one empty slab kept so bursts do not bounce slabs */
+  uint64_t *bm_spare;   /* one bitmap kept for the next slab (slabs come and go in pairs) */
   /* Regions freed by threads of other arenas, handed over as whole chains (tagged, still
    * in curregs); the next fill takes whole chains first. */
   rchain_t rchain[8];

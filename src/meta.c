@@ -69,7 +69,7 @@ enum { MP_UNUSED = 0, MP_USED, MP_PURGING }; /* MP_UNUSED pages are zero (fresh 
 typedef struct {
   uint16_t free;  /* offset / 16 of the first free object, META_NO_OBJ if none */
   uint16_t nfree;
-  uint8_t pool;
+  uint8_t pool;   /* while unused: the pool it last served, META_NPOOLS if none */
   uint8_t state;  /* MP_* */
 } meta_page_t;
 
@@ -120,12 +120,29 @@ static meta_chunk_t *chunk_new(void) {
   c->npages = (uint32_t)(META_CHUNK / os_page);
   c->first = (uint32_t)((sizeof(meta_chunk_t) + os_page - 1) / os_page);
   __atomic_fetch_add(&meta_pool_bytes, c->first * os_page, __ATOMIC_RELAXED);
-  for (size_t i = c->first; i < c->npages; i++) map_set(c->unused, i);
+  for (size_t i = c->first; i < c->npages; i++) {
+    map_set(c->unused, i);
+    c->page[i].pool = META_NPOOLS;
+  }
   meta_chunk_t **pp = &meta_chunks;
   while (*pp && *pp < c) pp = &(*pp)->next;
   c->next = *pp;
   *pp = c;
   return c;
+}
+
+/* meta_lock held. The lowest unused page the pool may take: a page that held edata only
+ * ever holds edata again (or zeros), so that a stale page-map read of an edata's arena_id
+ * (extent.c, mergeable) finds an id or 0 there, never a bitmap's bits; -1 if none. */
+static long first_unused(meta_chunk_t *c, unsigned pool) {
+  for (size_t w = 0; w < META_MAP_WORDS; w++) {
+    for (uint64_t m = c->unused[w]; m; m &= m - 1) {
+      size_t i = w * 64 + (size_t)__builtin_ctzll(m);
+      unsigned last = c->page[i].pool;
+      if (last == META_NPOOLS || (last == META_POOL_EDATA) == (pool == META_POOL_EDATA)) return (long)i;
+    }
+  }
+  return -1;
 }
 
 /* meta_lock held. The lowest page with a free object of the pool, making one of the
@@ -142,7 +159,7 @@ static meta_page_t *pool_page(unsigned pool, meta_chunk_t **cp, size_t *ip) {
   meta_chunk_t *c = meta_chunks;
   long i = -1;
   for (; c; c = c->next)
-    if ((i = map_first(c->unused)) >= 0) break;
+    if ((i = first_unused(c, pool)) >= 0) break;
   if (c == NULL) {
     if ((c = chunk_new()) == NULL) return NULL;
     i = (long)c->first;
@@ -166,7 +183,6 @@ static meta_page_t *pool_page(unsigned pool, meta_chunk_t **cp, size_t *ip) {
 }
 
 unsigned meta_pool_get(unsigned pool, void **out, unsigned n) {
-  meta_pool_t *mp = &meta_pools[pool];
   unsigned got = 0;
   mtx_lock(&meta_lock);
   while (got < n) {
@@ -179,12 +195,11 @@ unsigned meta_pool_get(unsigned pool, void **out, unsigned n) {
       char *o = base + (size_t)pg->free * 16;
       pg->free = *(uint16_t *)o;
       pg->nfree--;
-      memset(o, 0, mp->size);
       out[got++] = o;
     }
     if (pg->nfree == 0) map_clear(c->avail[pool], i);
   }
-  mp->nused += got;
+  meta_pools[pool].nused += got;
   mtx_unlock(&meta_lock);
   return got;
 }
@@ -237,7 +252,7 @@ static size_t pool_purge(void) {
       os_purge(chunk_page(c, i), (j - i) * os_page);
       mtx_lock(&meta_lock);
       for (size_t k = i; k < j; k++) {
-        c->page[k] = (meta_page_t){0};
+        c->page[k] = (meta_page_t){.pool = c->page[k].pool};
         map_set(c->unused, k);
       }
       purged += (j - i) * os_page;
@@ -258,13 +273,13 @@ size_t meta_mapped(void) {
 
 /* The child of a fork: a purge another thread had in flight is over (its thread is gone);
  * pool pages it had taken out are unused again (their contents do not matter: pool_page
- * relinks every object and meta_pool_get zeroes each). The page map's purge holds
+ * relinks every object, and objects are handed out uninitialised). The page map's purge holds
  * rtree_lock over each run, which fork takes, so no page-map page is caught mid-purge. */
 void meta_postfork_child(void) {
   for (meta_chunk_t *c = meta_chunks; c; c = c->next) {
     for (size_t i = c->first; i < c->npages; i++) {
       if (c->page[i].state != MP_PURGING) continue;
-      c->page[i] = (meta_page_t){0};
+      c->page[i] = (meta_page_t){.pool = c->page[i].pool};
       map_set(c->unused, i);
       meta_pool_bytes -= os_page;
     }

