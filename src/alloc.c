@@ -171,12 +171,12 @@ static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void 
   if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("free", p);
   if (unlikely(opt.junk & JUNK_FREE)) memset(p, 0x5a, usize);
   tsd->deallocated += usize;
-  if (unlikely(ed->arena_ind == GUARD_ARENA)) { /* a sampled guarded block (guard.c) */
+  if (unlikely(ed->arena_id == GUARD_ARENA)) { /* a sampled guarded block (guard.c) */
     guard_free(p, ed);
     return;
   }
   if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant && !tsd->in_hook &&
-             !arena_ind_is_user(ed->arena_ind))) {
+             !arena_ind_is_user(edata_arena_ind(ed)))) {
     /* A thread whose first call is a free gets its cache now, but that block goes back
      * to its arena: it was allocated elsewhere, next to other threads' blocks, and
      * caching it would hand it to this thread's next malloc (Hoard's cache-scratch). */
@@ -554,7 +554,7 @@ static void *ialloc_tc(tsd_t *tsd, szind_t ind, bool zero, tcache_t *tc) {
 static void idalloc_tc(tsd_t *tsd, void *p, tcache_t *tc) {
   szind_t ind;
   edata_t *ed = lookup_owned(p, &ind, "dallocx");
-  if (ind >= tcache_nbins || tsd->reentrant || tsd->in_hook || arena_ind_is_user(ed->arena_ind)) {
+  if (ind >= tcache_nbins || tsd->reentrant || tsd->in_hook || arena_ind_is_user(edata_arena_ind(ed))) {
     idalloc(tsd, p, ed, ind, false);
     return;
   }

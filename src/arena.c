@@ -3,7 +3,7 @@
  * small class (slab.c). narenas ordinary arenas (default 4 x usable CPUs) are created on
  * first use; a thread binds to the least loaded at its first slow-path allocation; one
  * more arena takes every allocation of oversize_threshold bytes and above. Memory always
- * returns to the arena that owns it (the edata's arena_ind).
+ * returns to the arena that owns it (the edata's arena_id).
  */
 #include <string.h>
 
@@ -184,5 +184,6 @@ size_t arena_purge_all(void) {
     for (unsigned b = 1; b <= SZ_NSMALL; b++) bin_release_spare(a, b);
     purged += arena_purge(a);
   }
+  meta_purge();
   return purged;
 }

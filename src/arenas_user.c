@@ -8,6 +8,7 @@
  * extents, never its objects. Relies on extent.c, slab.c's bins and tcache.c.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,9 +76,7 @@ static void arena_reset_locked(arena_t *a) {
     edata_t *next = e->lru_next;
     e->lru_next = e->lru_prev = NULL;
     if (e->slab) {
-      bin_t *bin = &a->bins[e->szind];
-      *(void **)e->bitmap = bin->bitmap_free;
-      bin->bitmap_free = e->bitmap;
+      bitmap_free(e->szind, e->bitmap);
       e->bitmap = NULL;
       extent_deregister_interior(e);
     }
@@ -174,6 +173,14 @@ static int reset_destroy(const size_t *mib, void *oldp, size_t *oldlenp, void *n
     arena_unlock_all(a);
     arena_maybe_purge(a);
     return 0;
+  }
+  /* Another thread's purge (a background thread's decay, a trim) may hold extents of this
+   * arena outside the elock: wait until they are back in a set, so that they are
+   * destroyed with the rest instead of coming back to a destroyed arena. */
+  while (a->npurging) {
+    mtx_unlock(&a->elock);
+    sched_yield();
+    mtx_lock(&a->elock);
   }
   /* Purge what the hooks allow, then hand every page back (destroy hook or munmap). */
   extent_purge(a, ES_DIRTY, 0, false);

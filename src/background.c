@@ -1,6 +1,7 @@
 /*
  * background.c - background purging threads (jemalloc's background_thread). Off by
- * default. Up to max_background_threads threads; arena i belongs to thread i % n. A
+ * default. Up to max_background_threads threads; arena i (user arenas included) belongs
+ * to thread i % n. A
  * thread runs one decay pass over its arenas (decay.c, which drops the arena lock around
  * madvise), then sleeps until their earliest decay deadline, or without a timeout when
  * nothing is left to decay: an idle process with nothing dirty wakes no thread. An arena
@@ -37,7 +38,7 @@ typedef struct {
 
 bool bg_enabled;
 bool bg_create_pending;
-static mtx_t bg_lock = MTX_INITIALIZER; /* guards creation, joining and the fields below */
+mtx_t bg_lock = MTX_INITIALIZER; /* guards creation, joining and the fields below; stats.mutexes.background_thread */
 static bg_thread_t *bg_threads;         /* atomic pointer: [narenas + 1], from meta_alloc */
 static size_t bg_max;                   /* atomic: max_background_threads as set */
 static size_t bg_running;               /* atomic: stats.background_thread.num_threads */
@@ -85,12 +86,17 @@ static void *bg_main(void *arg) {
     mtx_unlock(&t->mtx);
     uint64_t next = UINT64_MAX;
     unsigned n = bg_nslots();
-    for (unsigned i = t->id; i <= narenas; i += n) {
+    /* User arenas too (arena_decay skips destroyed ones; hooked ones purge through their hooks). */
+    unsigned total = __atomic_load_n(&narenas_total, __ATOMIC_ACQUIRE);
+    for (unsigned i = t->id; i < total; i += n) {
       arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
       if (a == NULL) continue;
       uint64_t d = arena_decay(a);
       if (d < next) next = d;
     }
+    /* Its arenas went idle (nothing left to decay): the metadata a peak left (extent
+     * descriptors, bitmaps, page-map pages) goes back too, before the untimed sleep. */
+    if (next == UINT64_MAX) meta_purge();
     uint64_t now = decay_now();
     __atomic_fetch_add(&bg_nruns, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&bg_interval_ns, now - last, __ATOMIC_RELAXED);
@@ -189,7 +195,7 @@ void bg_create_wanted(void) {
 
 /* The arenas with pages to decay are told again, so that their threads come (back). */
 static void bg_wake_all(void) {
-  for (unsigned i = 0; i <= narenas; i++) {
+  for (unsigned i = 0; i < __atomic_load_n(&narenas_total, __ATOMIC_ACQUIRE); i++) {
     arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
     if (a == NULL) continue;
     mtx_lock(&a->elock);
@@ -242,7 +248,7 @@ void bg_postfork_child(void) {
   }
   __atomic_store_n(&bg_running, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&bg_create_pending, false, __ATOMIC_RELAXED);
-  for (unsigned i = 0; i <= narenas; i++) {
+  for (unsigned i = 0; i < narenas_total; i++) {
     arena_t *a = arenas[i];
     if (a) a->bg_scheduled = false;
   }

@@ -209,12 +209,17 @@ void arena_maybe_purge(arena_t *a) {
 
 uint64_t arena_decay(arena_t *a) {
   mtx_lock(&a->elock);
+  if (__atomic_load_n(&a->destroyed, __ATOMIC_ACQUIRE)) { /* its pages went back with it */
+    mtx_unlock(&a->elock);
+    return UINT64_MAX;
+  }
   decay_arena_locked(a);
   uint64_t d = decay_deadline(&a->ddecay, a->dirty.npages);
   uint64_t m = decay_deadline(&a->mdecay, a->muzzy.npages);
   if (m < d) d = m;
   a->bg_scheduled = d != UINT64_MAX;
   a->bg_seen_npages = a->dirty.npages;
+  if (d == UINT64_MAX) edata_cache_flush(a, 0); /* idle: its spare edata back to the pool */
   mtx_unlock(&a->elock);
   return d;
 }
@@ -223,6 +228,7 @@ static size_t arena_purge_extents(arena_t *a) {
   mtx_lock(&a->elock);
   size_t n = extent_purge(a, ES_DIRTY, 0, false);
   n += extent_purge(a, ES_MUZZY, 0, false);
+  edata_cache_flush(a, 0);
   a->ddecay.nunpurged = a->dirty.npages;
   a->mdecay.nunpurged = a->muzzy.npages;
   mtx_unlock(&a->elock);
@@ -298,6 +304,7 @@ size_t limit_purge(void) {
   }
   uint64_t lim = __atomic_load_n(&os_mem_limit, __ATOMIC_RELAXED);
   __atomic_store_n(&limit_rearm, resident_bytes() + limit_headroom(lim) / 4, __ATOMIC_RELAXED);
+  meta_purge();
   __atomic_fetch_add(&limit_npurges, 1, __ATOMIC_RELAXED);
   return n;
 }
@@ -334,6 +341,7 @@ static int ctl_arena_each(const size_t *mib, size_t miblen, void *oldp, void *ne
         arena_decay(a);
       }
     }
+    if (purge) meta_purge();
     return 0;
   }
   int err;
@@ -341,6 +349,7 @@ static int ctl_arena_each(const size_t *mib, size_t miblen, void *oldp, void *ne
   if (a == NULL) return err;
   if (purge) {
     arena_purge(a);
+    meta_purge();
   } else {
     arena_decay(a);
   }

@@ -18,7 +18,11 @@ _Static_assert(sizeof(edata_t) % 16 == 0, "edata must keep the rtree's low point
  * retained growth: few mmaps and VMAs, and untouched address space costs no RSS. */
 #define GROW_MIN ((size_t)2 << 20)
 #define GROW_MAX ((size_t)64 << 20)
-#define EDATA_BATCH 64
+/* Edata come from the metadata pool (meta.c) 32 at a time; an arena keeps at most 64 free
+ * ones, so one pool lock serves about 32 extent changes, and an idle arena keeps at most
+ * 5 KiB of them (none once its background thread found it idle: edata_cache_flush). */
+#define EDATA_BATCH 32
+#define EDATA_CACHE_MAX 64
 
 size_t extent_resident_pages;
 
@@ -89,34 +93,56 @@ void ph_remove(ph_node_t **root, ph_node_t *n) {
 }
 
 /* ---------------------------------------------------------------- edata pool */
-/* arena_ind is written once, when the edata is created, and never again: other arenas
- * read it through stale rtree entries without a lock (see mergeable), so recycling
- * must not even zero it for an instant. */
+/* A free edata is in no arena (arena_id 0): it is written 0 under the elock of the arena
+ * that had it, and the arena's id under the elock of the arena that takes it, so a stale
+ * page-map read in another arena never finds its own id on an edata that is not its own
+ * (see mergeable); a purged pool page reads as arena_id 0 too. */
 static edata_t *edata_get(arena_t *a) {
   edata_t *e = a->edata_free;
   if (e == NULL) {
-    edata_t *block = meta_alloc(EDATA_BATCH * sizeof(edata_t));
-    if (block == NULL) return NULL;
-    for (int i = EDATA_BATCH - 1; i >= 0; i--) block[i].arena_ind = (uint16_t)a->ind;
-    for (int i = EDATA_BATCH - 1; i >= 1; i--) {
-      block[i].lru_next = a->edata_free;
-      a->edata_free = &block[i];
+    void *objs[EDATA_BATCH];
+    unsigned n = meta_pool_get(META_POOL_EDATA, objs, EDATA_BATCH);
+    if (n == 0) return NULL;
+    for (unsigned i = n; i-- > 1;) {
+      edata_t *f = objs[i];
+      f->lru_next = a->edata_free;
+      a->edata_free = f;
     }
-    e = &block[0];
+    a->edata_nfree += n - 1;
+    e = objs[0];
   } else {
     a->edata_free = e->lru_next;
+    a->edata_nfree--;
   }
-  sassert(e->arena_ind == a->ind);
-  const size_t at = offsetof(edata_t, arena_ind), after = at + sizeof(e->arena_ind);
+  /* Every field but arena_id, which stale readers in other arenas may be loading. */
+  const size_t at = offsetof(edata_t, arena_id), after = at + sizeof(e->arena_id);
   memset(e, 0, at);
   memset((char *)e + after, 0, sizeof(*e) - after);
+  __atomic_store_n(&e->arena_id, (uint16_t)(a->ind + 1), __ATOMIC_RELAXED);
   return e;
+}
+
+/* elock held: gives the arena's free edata beyond keep back to the pool. */
+void edata_cache_flush(arena_t *a, unsigned keep) {
+  while (a->edata_nfree > keep) {
+    void *objs[EDATA_BATCH];
+    unsigned n = 0;
+    while (n < EDATA_BATCH && a->edata_nfree > keep) {
+      edata_t *e = a->edata_free;
+      a->edata_free = e->lru_next;
+      a->edata_nfree--;
+      objs[n++] = e;
+    }
+    meta_pool_put(META_POOL_EDATA, objs, n);
+  }
 }
 
 static void edata_put(arena_t *a, edata_t *e) {
   e->state = ES_ACTIVE; /* no longer a free extent: stale rtree reads must not merge it */
+  __atomic_store_n(&e->arena_id, 0, __ATOMIC_RELAXED);
   e->lru_next = a->edata_free;
   a->edata_free = e;
+  if (++a->edata_nfree > EDATA_CACHE_MAX) edata_cache_flush(a, EDATA_CACHE_MAX / 2);
 }
 
 /* ---------------------------------------------------------------- rtree registration */
@@ -124,8 +150,7 @@ static inline uintptr_t last_gran(const edata_t *e) { return e->addr + e->size -
 
 void extent_register(edata_t *e, unsigned szind, bool slab) {
   if (slab) {
-    uint64_t v = rt_make(e, szind, 1);
-    for (uintptr_t g = e->addr; g < e->addr + e->size; g += GRAN) rtree_write(g, v);
+    rtree_write_range(e->addr, e->size / GRAN, rt_make(e, szind, 1));
     return;
   }
   (void)szind; /* large and free extents: class 0, see the rtree entry layout */
@@ -134,7 +159,7 @@ void extent_register(edata_t *e, unsigned szind, bool slab) {
 }
 
 void extent_deregister_interior(edata_t *e) {
-  for (uintptr_t g = e->addr + GRAN; g < last_gran(e); g += GRAN) rtree_write(g, 0);
+  if (e->size > 2 * GRAN) rtree_write_range(e->addr + GRAN, e->size / GRAN - 2, 0);
 }
 
 /* ---------------------------------------------------------------- extent sets */
@@ -217,11 +242,14 @@ static eset_t *eset_of(arena_t *a, unsigned state) {
 static inline bool has_lru(unsigned state) { return state != ES_RETAINED; }
 
 /* A neighbour can merge when it is a free extent of this arena in the same state. The
- * arena check comes first: edata never change arena, so reading arena_ind of another
- * arena's edata is safe, and its other fields are then never read. */
+ * arena check comes first: an edata carries this arena's id only while it is this arena's
+ * (edata_get), so reading the id of another arena's edata, or of one in the pool, is safe,
+ * and its other fields are then never read. */
 static edata_t *mergeable(arena_t *a, uint64_t ent, unsigned state) {
   edata_t *n = rt_edata(ent);
-  if (n == NULL || (ent & RT_SLAB) || n->arena_ind != a->ind || n->state != state) return NULL;
+  if (n == NULL || (ent & RT_SLAB) || __atomic_load_n(&n->arena_id, __ATOMIC_RELAXED) != a->ind + 1 ||
+      n->state != state)
+    return NULL;
   return n;
 }
 
@@ -256,7 +284,7 @@ static void active_unlink(arena_t *a, edata_t *e) {
 /* Coalesce e (not in any set) with free neighbours, register it and insert it. */
 static void extent_insert_free(arena_t *a, edata_t *e, unsigned state) {
   eset_t *es = eset_of(a, state);
-  sassert(e->arena_ind == a->ind && e->size % os_page == 0);
+  sassert(edata_arena_ind(e) == a->ind && e->size % os_page == 0);
   e->state = (uint8_t)state;
   e->slab = 0;
   if (e->addr >= GRAN) {
@@ -662,6 +690,7 @@ size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool lazy) {
       n++;
     }
     a->nmadvise += n;
+    a->npurging++;
     mtx_unlock(&a->elock);
     for (edata_t *e = batch; e; e = e->lru_next) {
       if (lazy) {
@@ -673,6 +702,7 @@ size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool lazy) {
       }
     }
     mtx_lock(&a->elock);
+    a->npurging--;
     while (batch) {
       edata_t *e = batch;
       batch = e->lru_next;
@@ -775,9 +805,11 @@ size_t extent_purge_hooked(arena_t *a, extent_hooks_t *h, size_t target_pages) {
       batch = e;
       n++;
     }
+    a->npurging++;
     mtx_unlock(&a->elock);
     for (edata_t *e = batch; e; e = e->lru_next) e->bucket = (uint8_t)extent_release_hooked(a, h, e);
     mtx_lock(&a->elock);
+    a->npurging--;
     while (batch) {
       edata_t *e = batch;
       batch = e->lru_next;

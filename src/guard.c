@@ -199,7 +199,7 @@ static void *guard_alloc(szind_t ind) {
   s->ed.addr = block;
   s->ed.size = os_page;
   s->ed.szind = (uint16_t)ind;
-  s->ed.arena_ind = GUARD_ARENA;
+  s->ed.arena_id = GUARD_ARENA;
   s->ed.slab = 0;
   __atomic_store_n(&s->ed.state, ES_ACTIVE, __ATOMIC_RELEASE);
   rtree_write(block, rt_make(&s->ed, 0, false));

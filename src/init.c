@@ -46,6 +46,8 @@ bool strata_init(void) {
   arenas_muzzy_decay_ms = opt.muzzy_decay_ms;
   prof_boot();
   sz_init();
+  meta_pool_init(META_POOL_EDATA, sizeof(edata_t));
+  slab_boot();
   narenas = opt.narenas ? opt.narenas : 4 * os_ncpus;
   if (narenas > 4095) narenas = 4095;
   tcache_boot();
@@ -122,6 +124,7 @@ static void fork_parent(void) {
 
 static void fork_child(void) {
   fork_locks(op_reinit, true);
+  meta_postfork_child();
   bg_postfork_child();
   prof_postfork(true);
   /* Only the forking thread exists in the child: other threads' caches stay allocated

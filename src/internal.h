@@ -98,10 +98,25 @@ static inline void mtx_lock(mtx_t *m) {
 static inline void mtx_unlock(mtx_t *m) { pthread_mutex_unlock(&m->m); }
 
 /* ------------------------------------------------------------------ meta.c */
-/* Bump allocator for strata's own structures; never returns memory, never calls malloc. */
+/* Bump allocator for strata's own long-lived structures; never returns memory, never
+ * calls malloc. */
 HIDDEN void *meta_alloc(size_t size); /* zeroed, 64-byte aligned when size >= 64; NULL on OOM */
-HIDDEN size_t meta_mapped(void);
+HIDDEN size_t meta_mapped(void);      /* metadata bytes that may be resident (stats.metadata) */
 HIDDEN extern mtx_t meta_lock;
+/* Pools of fixed-size objects (a multiple of 16 bytes, at most a page) whose number follows
+ * the heap's peak: packed lowest address first, so pages empty out after a peak and
+ * meta_purge returns them. Objects come 16-byte aligned, not initialised. */
+#define META_NPOOLS 8
+enum { META_POOL_EDATA = 0, META_POOL_BITMAP0 = 1 }; /* bitmaps: pools 1.. by size (slab.c) */
+HIDDEN void meta_pool_init(unsigned pool, size_t size);
+HIDDEN unsigned meta_pool_get(unsigned pool, void **out, unsigned n); /* how many were got */
+HIDDEN void meta_pool_put(unsigned pool, void *const *objs, unsigned n);
+HIDDEN size_t meta_pool_used(unsigned pool);
+/* Gives back empty pool pages and empty page-map pages, holding no lock across madvise.
+ * Returns bytes purged. Called when the heap went idle (background threads), by purges
+ * of every arena (malloc_trim, arena.<i>.purge) and by the container-limit purge. */
+HIDDEN size_t meta_purge(void);
+HIDDEN void meta_postfork_child(void);
 
 /* ------------------------------------------------------------------ rtree.c */
 /*
@@ -115,7 +130,8 @@ HIDDEN extern mtx_t meta_lock;
  * Slabs map every granule; other extents map their first and last granule (for free()
  * and for coalescing with neighbours).
  * L1 lives in .bss (1 MiB, untouched pages cost nothing); leaves (2 MiB, 1 GiB of
- * address space each) are mapped on demand and never freed.
+ * address space each) are mapped on demand and never unmapped; their pages whose entries
+ * are all zero are purged in place (rtree_purge).
  */
 #define LG_GRAN 12
 #define GRAN ((size_t)1 << LG_GRAN)
@@ -137,13 +153,24 @@ static inline uint64_t rtree_read(uintptr_t a) {
   uint64_t *s = rtree_slot(a);
   return s ? __atomic_load_n(s, __ATOMIC_ACQUIRE) : 0;
 }
-/* Writes: only for granules whose leaves exist (rtree_ensure at map time). */
+/* Writes: only for granules whose leaves exist (rtree_ensure at map time), by the owner of
+ * the granule's extent. An entry that becomes zero or non-zero updates its page's count
+ * (rtree.c: empty pages are purged in place). */
+HIDDEN void rtree_write_slow(uintptr_t a, uint64_t *s, uint64_t v);
+HIDDEN void rtree_write_range(uintptr_t a, size_t n, uint64_t v); /* n granules from a */
 static inline void rtree_write(uintptr_t a, uint64_t v) {
   uint64_t *s = rtree_slot(a);
   sassert(s != NULL);
+  if ((__atomic_load_n(s, __ATOMIC_RELAXED) == 0) != (v == 0)) {
+    rtree_write_slow(a, s, v);
+    return;
+  }
   __atomic_store_n(s, v, __ATOMIC_RELEASE);
 }
 HIDDEN bool rtree_ensure(uintptr_t a, size_t size); /* true on failure */
+HIDDEN size_t rtree_purge(void);          /* no lock held; bytes purged */
+HIDDEN size_t rtree_resident_bytes(void); /* leaf pages that may be resident */
+HIDDEN extern void (*rtree_purge_test_hook)(void *pages, size_t n); /* unit tests only */
 #define RT_SZ_SHIFT 48
 #define RT_SLAB ((uint64_t)1)
 #define RT_PTR_MASK ((((uint64_t)1) << RT_SZ_SHIFT) - 16)
@@ -222,7 +249,11 @@ struct edata_s {
   };
   uint16_t nfree;      /* slab: free regions (nregs <= 4096: sz_init checks) */
   uint16_t szind;      /* active: size class */
-  uint16_t arena_ind;  /* fixed for the edata's life: pools are per arena */
+  /* Arena index + 1 (edata_arena_ind); 0: in no arena (in the metadata pool, or a purged
+   * pool page, which reads as zeros). Written only under the elock of the arena it names
+   * or names after the write, so a thread holding arena A's elock that reads A's id here
+   * through a stale page-map entry knows the edata is A's (extent.c, mergeable). */
+  uint16_t arena_id;
   uint16_t bm_hint;    /* slab: first bitmap word that may hold a free bit */
   uint16_t prof_nsampled; /* prof: sampled live blocks in this extent (atomic); 0 unless prof:true */
   uint8_t state;       /* ES_* */
@@ -261,6 +292,7 @@ HIDDEN size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool 
 HIDDEN extern size_t extent_resident_pages;
 HIDDEN void extent_register(edata_t *e, unsigned szind, bool slab); /* boundary (or all, for slabs) */
 HIDDEN void extent_deregister_interior(edata_t *e);
+HIDDEN void edata_cache_flush(arena_t *a, unsigned keep); /* elock held */
 HIDDEN void ph_insert(ph_node_t **root, ph_node_t *n);
 HIDDEN void ph_remove(ph_node_t **root, ph_node_t *n);
 #define ph_edata(n) ((edata_t *)((char *)(n) - offsetof(edata_t, ph)))
@@ -277,7 +309,7 @@ typedef struct {
   edata_t *cur;         /* slab regions are taken from */
   ph_node_t *nonfull;   /* other slabs with free regions, lowest address first */
   edata_t *spare;       /* one empty slab kept so bursts do not bounce slabs */
-  void *bitmap_free;    /* recycled bitmaps (intrusive list) */
+  uint64_t *bm_spare;   /* one bitmap kept for the next slab (slabs come and go in pairs) */
   /* Regions freed by threads of other arenas, handed over as whole chains (tagged, still
    * in curregs); the next fill takes whole chains first. */
   rchain_t rchain[8];
@@ -310,6 +342,8 @@ HIDDEN void bin_dalloc_runs(arena_t *a, szind_t ind, slab_run_t *runs, unsigned 
  * arena a's class ind over to that bin, in O(1) unless the bin holds too many already. */
 HIDDEN void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n);
 HIDDEN void bin_release_spare(arena_t *a, szind_t ind);
+HIDDEN void slab_boot(void);                          /* the bitmap pools */
+HIDDEN void bitmap_free(szind_t ind, uint64_t *bm);   /* a slab's bitmap back to its pool */
 
 /* ------------------------------------------------------------------ arena.c */
 /*
@@ -333,7 +367,9 @@ struct arena_s {
   eset_t dirty;           /* freed, still resident */
   eset_t muzzy;           /* lazily purged (MADV_FREE): reusable, the kernel may take them */
   eset_t retained;        /* address space kept, no memory (purged or never touched) */
-  edata_t *edata_free;
+  edata_t *edata_free;    /* free edata (arena_id 0), at most EDATA_CACHE_MAX */
+  unsigned edata_nfree;
+  unsigned npurging;       /* purge batches in flight (elock dropped): destroy waits for 0 */
   size_t grow_next;       /* next mapping size when growing */
   size_t nactive;         /* pages in active extents (slabs and large) */
   size_t mapped;          /* bytes mapped from the OS */
@@ -398,7 +434,8 @@ HIDDEN void limit_check(arena_t *a); /* elock held: pages just became resident *
 HIDDEN size_t limit_purge(void);     /* no lock held: purge every arena now; pages */
 HIDDEN extern uint64_t limit_npurges; /* atomic: stats.mem_limit_purges */
 HIDDEN extern bool limit_pending;     /* atomic */
-static inline arena_t *arena_of(const edata_t *e) { return arenas[e->arena_ind]; }
+static inline unsigned edata_arena_ind(const edata_t *e) { return (unsigned)e->arena_id - 1; }
+static inline arena_t *arena_of(const edata_t *e) { return arenas[edata_arena_ind(e)]; }
 
 /* ------------------------------------------------------------------ tcache.c */
 typedef struct {
@@ -501,7 +538,7 @@ HIDDEN extern tcache_t *tcache_list;
 /* ------------------------------------------------------------------ guard.c */
 /* Sampled guarded allocations (opt.guard_sample_interval). A guarded block's rtree entry
  * points at an edata of arena GUARD_ARENA, which idalloc hands to guard_free. */
-#define GUARD_ARENA 0xffff
+#define GUARD_ARENA 0xffff /* an edata arena_id: no arena has index 0xfffe */
 HIDDEN extern bool guard_enabled;
 HIDDEN extern mtx_t guard_lock; /* after arenas_lock, before rtree_lock and meta_lock */
 HIDDEN void guard_boot(void);
@@ -655,6 +692,7 @@ HIDDEN void arena_page_counts(arena_t *a, size_t *ndirty, size_t *nmuzzy);
 /* Background purging threads: created lazily when an arena has pages to decay, never
  * inside the first malloc; each sleeps until its arenas' earliest decay deadline. */
 HIDDEN extern bool bg_enabled;          /* atomic */
+HIDDEN extern mtx_t bg_lock;            /* stats.mutexes.background_thread */
 /* No lock held: wake a's thread, or mark it wanted (bg_create_pending). pthread_create
  * may call malloc, so a wanted thread is created later by bg_create_wanted, which the
  * entry points call on their slow paths once nothing of strata's is in progress. */

@@ -1,8 +1,14 @@
 /*
- * meta.c - the metadata allocator: a bump allocator over 2 MiB mappings for strata's
- * own structures (arenas, edata, tcaches, bitmaps). Never goes through malloc; callers
- * recycle what they free through their own free lists. Counted as stats.metadata.
+ * meta.c - the metadata allocator, never through malloc, counted as stats.metadata. Two
+ * parts: a bump allocator over 2 MiB mappings for structures that live as long as the
+ * process (arenas, tcaches, tables), and pools of fixed-size objects whose number follows
+ * the heap's peak (extent descriptors, slab bitmaps). Pool objects are packed into pages,
+ * lowest address first, so that after a peak whole pages empty out; meta_purge gives
+ * those pages back to the kernel (MADV_DONTNEED, with meta_lock dropped) and the pools
+ * take them again, zeroed, on the next growth.
  */
+#include <string.h>
+
 #include "internal.h"
 
 /* 2 MiB per block: large enough that mapping is rare, and untouched pages cost no RSS. */
@@ -11,7 +17,8 @@
 mtx_t meta_lock = MTX_INITIALIZER;
 static char *meta_cur;      /* guarded by meta_lock */
 static size_t meta_left;
-static size_t meta_total_mapped;
+static size_t meta_bump_mapped;  /* atomic: bytes of bump blocks */
+static size_t meta_pool_bytes;   /* atomic: chunk headers and pool pages in use or being purged */
 
 void *meta_alloc(size_t size) {
   size_t align = size >= 64 ? 64 : 16;
@@ -26,7 +33,7 @@ void *meta_alloc(size_t size) {
       mtx_unlock(&meta_lock);
       return NULL;
     }
-    meta_total_mapped += bsize;
+    __atomic_fetch_add(&meta_bump_mapped, bsize, __ATOMIC_RELAXED);
     os_thp_apply(b, bsize, true);
     if (size > META_BLOCK) { /* a one-off large block: do not abandon the current one */
       mtx_unlock(&meta_lock);
@@ -43,4 +50,246 @@ void *meta_alloc(size_t size) {
   return p;
 }
 
-size_t meta_mapped(void) { return __atomic_load_n(&meta_total_mapped, __ATOMIC_RELAXED); }
+/* ---------------------------------------------------------------- pools */
+/*
+ * A chunk is a 2 MiB-aligned mapping: its first pages hold the header (never purged),
+ * the others are pool pages. A page belongs to one pool while it holds objects and is
+ * free for any pool once purged. Free objects of a page form a list through their first
+ * word (offsets within the page); a page with free objects has its bit in its pool's
+ * avail map, and the lowest such page is used first, so that live objects gather at low
+ * addresses and the pages above them empty out. All fields: meta_lock.
+ */
+#define META_CHUNK ((size_t)2 << 20)
+#define META_CHUNK_PAGES_MAX 512 /* 2 MiB / 4 KiB; fewer on 16K and 64K kernels */
+#define META_MAP_WORDS (META_CHUNK_PAGES_MAX / 64)
+#define META_NO_OBJ 0xffffu
+
+enum { MP_UNUSED = 0, MP_USED, MP_PURGING }; /* MP_UNUSED pages are zero (fresh or purged) */
+
+typedef struct {
+  uint16_t free;  /* offset / 16 of the first free object, META_NO_OBJ if none */
+  uint16_t nfree;
+  uint8_t pool;   /* while unused: the pool it last served, META_NPOOLS if none */
+  uint8_t state;  /* MP_* */
+} meta_page_t;
+
+typedef struct meta_chunk_s meta_chunk_t;
+struct meta_chunk_s {
+  meta_chunk_t *next;                    /* chunks by address, lowest first */
+  uint32_t npages, first;                /* pool pages are [first, npages) */
+  uint64_t unused[META_MAP_WORDS];       /* MP_UNUSED pages */
+  uint64_t avail[META_NPOOLS][META_MAP_WORDS]; /* pool pages with a free object */
+  meta_page_t page[META_CHUNK_PAGES_MAX];
+};
+
+typedef struct {
+  uint32_t size, per_page;
+  size_t nused;  /* objects handed out (stats and tests) */
+} meta_pool_t;
+
+static meta_chunk_t *meta_chunks;
+static meta_pool_t meta_pools[META_NPOOLS];
+static bool meta_purge_running; /* atomic: one meta_purge at a time */
+
+static inline bool map_get(const uint64_t *m, size_t i) { return (m[i / 64] >> (i % 64)) & 1; }
+static inline void map_set(uint64_t *m, size_t i) { m[i / 64] |= (uint64_t)1 << (i % 64); }
+static inline void map_clear(uint64_t *m, size_t i) { m[i / 64] &= ~((uint64_t)1 << (i % 64)); }
+/* Lowest set bit of m (npages bits), or -1. */
+static long map_first(const uint64_t *m) {
+  for (size_t w = 0; w < META_MAP_WORDS; w++)
+    if (m[w]) return (long)(w * 64 + (size_t)__builtin_ctzll(m[w]));
+  return -1;
+}
+
+static inline char *chunk_page(meta_chunk_t *c, size_t i) { return (char *)c + i * os_page; }
+static inline meta_chunk_t *chunk_of(const void *p) {
+  return (meta_chunk_t *)((uintptr_t)p & ~(uintptr_t)(META_CHUNK - 1));
+}
+
+void meta_pool_init(unsigned pool, size_t size) {
+  sassert(pool < META_NPOOLS && size >= 16 && size % 16 == 0 && size <= os_page);
+  meta_pools[pool].size = (uint32_t)size;
+  meta_pools[pool].per_page = (uint32_t)(os_page / size);
+}
+
+/* meta_lock held. A new chunk, kept in address order. */
+static meta_chunk_t *chunk_new(void) {
+  meta_chunk_t *c = os_map(META_CHUNK, META_CHUNK);
+  if (c == NULL) return NULL;
+  os_thp_apply(c, META_CHUNK, true);
+  c->npages = (uint32_t)(META_CHUNK / os_page);
+  c->first = (uint32_t)((sizeof(meta_chunk_t) + os_page - 1) / os_page);
+  __atomic_fetch_add(&meta_pool_bytes, c->first * os_page, __ATOMIC_RELAXED);
+  for (size_t i = c->first; i < c->npages; i++) {
+    map_set(c->unused, i);
+    c->page[i].pool = META_NPOOLS;
+  }
+  meta_chunk_t **pp = &meta_chunks;
+  while (*pp && *pp < c) pp = &(*pp)->next;
+  c->next = *pp;
+  *pp = c;
+  return c;
+}
+
+/* meta_lock held. The lowest unused page the pool may take: a page that held edata only
+ * ever holds edata again (or zeros), so that a stale page-map read of an edata's arena_id
+ * (extent.c, mergeable) finds an id or 0 there, never a bitmap's bits; -1 if none. */
+static long first_unused(meta_chunk_t *c, unsigned pool) {
+  for (size_t w = 0; w < META_MAP_WORDS; w++) {
+    for (uint64_t m = c->unused[w]; m; m &= m - 1) {
+      size_t i = w * 64 + (size_t)__builtin_ctzll(m);
+      unsigned last = c->page[i].pool;
+      if (last == META_NPOOLS || (last == META_POOL_EDATA) == (pool == META_POOL_EDATA)) return (long)i;
+    }
+  }
+  return -1;
+}
+
+/* meta_lock held. The lowest page with a free object of the pool, making one of the
+ * lowest unused page (or a new chunk's) if none; NULL on OOM. */
+static meta_page_t *pool_page(unsigned pool, meta_chunk_t **cp, size_t *ip) {
+  for (meta_chunk_t *c = meta_chunks; c; c = c->next) {
+    long i = map_first(c->avail[pool]);
+    if (i >= 0) {
+      *cp = c;
+      *ip = (size_t)i;
+      return &c->page[i];
+    }
+  }
+  meta_chunk_t *c = meta_chunks;
+  long i = -1;
+  for (; c; c = c->next)
+    if ((i = first_unused(c, pool)) >= 0) break;
+  if (c == NULL) {
+    if ((c = chunk_new()) == NULL) return NULL;
+    i = (long)c->first;
+  }
+  /* The page is zero: link its objects, lowest first. */
+  const meta_pool_t *mp = &meta_pools[pool];
+  char *base = chunk_page(c, (size_t)i);
+  for (uint32_t k = 0; k < mp->per_page; k++)
+    *(uint16_t *)(base + k * mp->size) = k + 1 < mp->per_page ? (uint16_t)((k + 1) * mp->size / 16) : META_NO_OBJ;
+  meta_page_t *pg = &c->page[i];
+  pg->free = 0;
+  pg->nfree = (uint16_t)mp->per_page;
+  pg->pool = (uint8_t)pool;
+  pg->state = MP_USED;
+  __atomic_fetch_add(&meta_pool_bytes, os_page, __ATOMIC_RELAXED);
+  map_clear(c->unused, (size_t)i);
+  map_set(c->avail[pool], (size_t)i);
+  *cp = c;
+  *ip = (size_t)i;
+  return pg;
+}
+
+unsigned meta_pool_get(unsigned pool, void **out, unsigned n) {
+  unsigned got = 0;
+  mtx_lock(&meta_lock);
+  while (got < n) {
+    meta_chunk_t *c;
+    size_t i;
+    meta_page_t *pg = pool_page(pool, &c, &i);
+    if (pg == NULL) break;
+    char *base = chunk_page(c, i);
+    while (got < n && pg->nfree) {
+      char *o = base + (size_t)pg->free * 16;
+      pg->free = *(uint16_t *)o;
+      pg->nfree--;
+      out[got++] = o;
+    }
+    if (pg->nfree == 0) map_clear(c->avail[pool], i);
+  }
+  meta_pools[pool].nused += got;
+  mtx_unlock(&meta_lock);
+  return got;
+}
+
+void meta_pool_put(unsigned pool, void *const *objs, unsigned n) {
+  meta_pool_t *mp = &meta_pools[pool];
+  mtx_lock(&meta_lock);
+  for (unsigned k = 0; k < n; k++) {
+    char *o = objs[k];
+    meta_chunk_t *c = chunk_of(o);
+    size_t i = ((uintptr_t)o - (uintptr_t)c) / os_page;
+    meta_page_t *pg = &c->page[i];
+    sassert(pg->state == MP_USED && pg->pool == pool && pg->nfree < mp->per_page);
+    *(uint16_t *)o = pg->free;
+    pg->free = (uint16_t)((o - chunk_page(c, i)) / 16);
+    if (pg->nfree++ == 0) map_set(c->avail[pool], i);
+  }
+  mp->nused -= n;
+  mtx_unlock(&meta_lock);
+}
+
+size_t meta_pool_used(unsigned pool) {
+  mtx_lock(&meta_lock);
+  size_t n = meta_pools[pool].nused;
+  mtx_unlock(&meta_lock);
+  return n;
+}
+
+/* Pool pages with no object in use go back to the kernel, a batch at a time: taken out of
+ * the pools under meta_lock (MP_PURGING: no pool sees them), purged without it, then
+ * unused (zero) for any pool. Returns bytes purged. */
+static size_t pool_purge(void) {
+  size_t purged = 0;
+  mtx_lock(&meta_lock);
+  for (meta_chunk_t *c = meta_chunks; c; c = c->next) {
+    for (size_t i = c->first; i < c->npages;) {
+      meta_page_t *pg = &c->page[i];
+      if (pg->state != MP_USED || pg->nfree != meta_pools[pg->pool].per_page) {
+        i++;
+        continue;
+      }
+      /* A run of empty pages: one madvise. */
+      size_t j = i;
+      while (j < c->npages && c->page[j].state == MP_USED && c->page[j].nfree == meta_pools[c->page[j].pool].per_page) {
+        map_clear(c->avail[c->page[j].pool], j);
+        c->page[j].state = MP_PURGING;
+        j++;
+      }
+      mtx_unlock(&meta_lock);
+      os_purge(chunk_page(c, i), (j - i) * os_page);
+      mtx_lock(&meta_lock);
+      for (size_t k = i; k < j; k++) {
+        c->page[k] = (meta_page_t){.pool = c->page[k].pool};
+        map_set(c->unused, k);
+      }
+      purged += (j - i) * os_page;
+      __atomic_fetch_sub(&meta_pool_bytes, (j - i) * os_page, __ATOMIC_RELAXED);
+      i = j;
+    }
+  }
+  mtx_unlock(&meta_lock);
+  return purged;
+}
+
+/* Metadata that may be resident (stats.metadata, and the container limit's count): bump
+ * blocks, chunk headers, pool pages not purged, page-map pages not purged. */
+size_t meta_mapped(void) {
+  return __atomic_load_n(&meta_bump_mapped, __ATOMIC_RELAXED) + __atomic_load_n(&meta_pool_bytes, __ATOMIC_RELAXED) +
+         rtree_resident_bytes();
+}
+
+/* The child of a fork: a purge another thread had in flight is over (its thread is gone);
+ * pool pages it had taken out are unused again (their contents do not matter: pool_page
+ * relinks every object, and objects are handed out uninitialised). The page map's purge holds
+ * rtree_lock over each run, which fork takes, so no page-map page is caught mid-purge. */
+void meta_postfork_child(void) {
+  for (meta_chunk_t *c = meta_chunks; c; c = c->next) {
+    for (size_t i = c->first; i < c->npages; i++) {
+      if (c->page[i].state != MP_PURGING) continue;
+      c->page[i] = (meta_page_t){.pool = c->page[i].pool};
+      map_set(c->unused, i);
+      meta_pool_bytes -= os_page;
+    }
+  }
+  meta_purge_running = false;
+}
+
+size_t meta_purge(void) {
+  if (__atomic_exchange_n(&meta_purge_running, true, __ATOMIC_ACQUIRE)) return 0;
+  size_t n = pool_purge() + rtree_purge();
+  __atomic_store_n(&meta_purge_running, false, __ATOMIC_RELEASE);
+  return n;
+}

@@ -9,6 +9,26 @@
 
 #include "internal.h"
 
+/* Bitmaps come from the metadata pools (meta.c), one pool per power-of-two size from 16
+ * to 1024 bytes (8192 regions, the 8-byte class's 64 KiB slab), so that they are
+ * returned after a peak. */
+static unsigned bitmap_pool(szind_t ind) {
+  size_t bytes = bin_info[ind].bm_words * sizeof(uint64_t);
+  unsigned lg = bytes <= 16 ? 4 : 64 - (unsigned)__builtin_clzll(bytes - 1);
+  return META_POOL_BITMAP0 + lg - 4;
+}
+
+void slab_boot(void) {
+  for (unsigned p = 0; META_POOL_BITMAP0 + p < META_NPOOLS; p++) meta_pool_init(META_POOL_BITMAP0 + p, (size_t)16 << p);
+  for (szind_t i = 1; i <= SZ_NSMALL; i++)
+    if (bitmap_pool(i) >= META_NPOOLS) strata_assert_fail("slab bitmap over 1 KiB", __FILE__, __LINE__);
+}
+
+void bitmap_free(szind_t ind, uint64_t *bm) {
+  void *p = bm;
+  meta_pool_put(bitmap_pool(ind), &p, 1);
+}
+
 static void bitmap_init(uint64_t *bm, const bin_info_t *bi) {
   for (uint32_t w = 0; w < bi->bm_words; w++) bm[w] = ~(uint64_t)0;
   uint32_t tail = bi->nregs % 64;
@@ -20,12 +40,10 @@ static void bitmap_init(uint64_t *bm, const bin_info_t *bi) {
  * may be slow. A reset meanwhile (gen moved) took the new slab already: NULL then. */
 static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   const bin_info_t *bi = &bin_info[ind];
-  uint64_t *bm = bin->bitmap_free;
-  if (bm) {
-    bin->bitmap_free = *(void **)bm;
-  } else if ((bm = meta_alloc(bi->bm_words * sizeof(uint64_t))) == NULL) {
-    return NULL;
-  }
+  void *bmp = bin->bm_spare;
+  bin->bm_spare = NULL;
+  if (bmp == NULL && meta_pool_get(bitmap_pool(ind), &bmp, 1) == 0) return NULL;
+  uint64_t *bm = bmp;
   bool hooked = arena_hooks(a) != NULL;
   uint64_t gen = __atomic_load_n(&a->gen, __ATOMIC_ACQUIRE);
   if (hooked) mtx_unlock(&bin->lock);
@@ -43,8 +61,11 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
     if (s != NULL && __atomic_load_n(&a->gen, __ATOMIC_ACQUIRE) != gen) return NULL; /* reset took s, bm */
   }
   if (s == NULL) {
-    *(void **)bm = bin->bitmap_free;
-    bin->bitmap_free = bm;
+    if (bin->bm_spare == NULL) {
+      bin->bm_spare = bm;
+    } else {
+      bitmap_free(ind, bm);
+    }
     return NULL;
   }
   bitmap_init(bm, bi);
@@ -57,8 +78,11 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
 
 /* bin lock held. */
 static void slab_release(arena_t *a, bin_t *bin, edata_t *s) {
-  *(void **)s->bitmap = bin->bitmap_free;
-  bin->bitmap_free = s->bitmap;
+  if (bin->bm_spare == NULL) {
+    bin->bm_spare = s->bitmap;
+  } else {
+    bitmap_free(s->szind, s->bitmap);
+  }
   s->bitmap = NULL;
   bin->curslabs--;
   mtx_lock(&a->elock);
@@ -209,7 +233,7 @@ static void bin_dalloc_runs_locked(arena_t *a, szind_t ind, slab_run_t *runs, un
   size_t n = 0;
   for (unsigned r = 0; r < nruns; r++) {
     edata_t *s = runs[r].slab;
-    if (s == NULL || s->arena_ind != a->ind) continue;
+    if (s == NULL || edata_arena_ind(s) != a->ind) continue;
     runs[r].slab = NULL;
     uintptr_t base = s->addr;
     uint64_t *bm = s->bitmap;
@@ -334,6 +358,10 @@ void bin_release_spare(arena_t *a, szind_t ind) {
   if (s && s->nfree == bin_info[ind].nregs) {
     bin->cur = NULL;
     slab_release(a, bin, s);
+  }
+  if (bin->bm_spare) {
+    bitmap_free(ind, bin->bm_spare);
+    bin->bm_spare = NULL;
   }
   mtx_unlock(&bin->lock);
   arena_maybe_purge(a);

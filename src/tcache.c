@@ -141,8 +141,8 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
       lo = slab->addr;
       diff = (uintptr_t)p - lo;
       if (unlikely(diff >= used)) strata_invalid_free("free", p); /* in the slab's tail */
-      if (sc.remote == (unsigned)-1) sc.remote = slab->arena_ind;
-      sc.one_remote &= slab->arena_ind == sc.remote && sc.remote != own;
+      if (sc.remote == (unsigned)-1) sc.remote = slab->arena_id; /* ids: index + 1 */
+      sc.one_remote &= slab->arena_id == sc.remote && sc.remote != own;
     }
     if (check_start && unlikely(((diff * magic) >> 32) * size != diff)) strata_invalid_free("free", p);
     len++;
@@ -183,7 +183,7 @@ static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
       continue;
     }
     slab_run_t runs[FLUSH_BUF];
-    unsigned own = tc->arena ? tc->arena->ind : (unsigned)-1;
+    unsigned own = tc->arena ? tc->arena->ind + 1 : (unsigned)-1; /* an edata arena_id */
     flush_scan_t sc = bin_info[ind].pow2 ? flush_scan(p, n, ind, runs, own, false)
                                          : flush_scan(p, n, ind, runs, own, true);
     b->head = link_next(sc.last, ind);
@@ -191,12 +191,12 @@ static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
     if (sc.one_remote) {
       /* Cross-thread frees: the chain goes to the owner bin as it is, one lock and no
        * bitmap work per batch (double frees were caught by the tag at free()). */
-      bin_push_remote(arenas[sc.remote], ind, p, sc.last, n);
+      bin_push_remote(arenas[sc.remote - 1], ind, p, sc.last, n);
       continue;
     }
     /* One bin lock per owning arena (usually one). */
     for (unsigned r = 0; r < sc.nruns; r++) {
-      if (runs[r].slab) bin_dalloc_runs(arenas[runs[r].slab->arena_ind], ind, runs, sc.nruns);
+      if (runs[r].slab) bin_dalloc_runs(arena_of(runs[r].slab), ind, runs, sc.nruns);
     }
   }
 }

@@ -134,7 +134,7 @@ static void test_huge_reuse_grows_freed_block(void) {
   arena_t *h = arena_get(narenas);
   size_t mib = (size_t)1 << 20;
   char *p = strata_malloc(10 * mib);
-  CHECK(p != NULL && entry_edata((uintptr_t)p)->arena_ind == narenas);
+  CHECK(p != NULL && edata_arena_ind(entry_edata((uintptr_t)p)) == narenas);
   memset(p, 0x5c, 10 * mib);
   strata_free(p);
   mtx_lock(&h->elock);
