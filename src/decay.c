@@ -57,6 +57,7 @@ static uint64_t peak_half_ns(const arena_t *a) {
 /* Start a new half window when the current one is over (elock held). */
 static void peak_rotate(arena_t *a, uint64_t now) {
   uint64_t half = peak_half_ns(a);
+  if (a->peak_ns == 0) a->peak_ns = now; /* a new arena's first window: keep its climb */
   if (now - a->peak_ns >= half) {
     a->peak_active[1] = now - a->peak_ns >= 2 * half ? 0 : a->peak_active[0];
     a->peak_active[0] = 0;
