@@ -7,7 +7,8 @@
  * smoothstep(k/100), so a burst fades out smoothly instead of being purged at once or
  * all at the deadline. Purging takes the oldest extents first, on allocator events, or
  * in the background threads (background.c) when they are on. A hard cap (the active
- * pages, at least DIRTY_CAP_MIN) bounds what a free storm leaves resident. Near a
+ * pages, at least DIRTY_CAP_MIN, or what the recent peak had active and is not now, up
+ * to PEAK_KEEP_MAX) bounds what a free storm leaves resident. Near a
  * container's memory limit every arena is purged at once (limit_*).
  */
 #include <errno.h>
@@ -24,6 +25,9 @@ _Static_assert(DECAY_STEPS == sizeof(((decay_t *)0)->backlog) / sizeof(size_t), 
 /* The oversize arena keeps at most this much more dirty than it has active (see
  * dirty_cap). */
 #define HUGE_STORM_SLACK ((size_t)256 << 20)
+/* An ordinary arena keeps at most this much dirty beyond DIRTY_CAP_MIN's rule for its
+ * recent peak of active pages (see dirty_cap). */
+#define PEAK_KEEP_MAX ((size_t)96 << 20)
 static void huge_note(const arena_t *a);
 static bool huge_over_floor;   /* atomic: the oversize arena's dirty pages passed the floor */
 static uint64_t huge_alloc_ns; /* atomic: the oversize arena's last allocation */
@@ -50,14 +54,21 @@ static uint64_t peak_half_ns(const arena_t *a) {
   return (uint64_t)(ms > 0 ? ms : 10000) * 500000u;
 }
 
-void arena_note_peak(arena_t *a) {
-  uint64_t now = decay_now(), half = peak_half_ns(a);
+/* Start a new half window when the current one is over (elock held). */
+static void peak_rotate(arena_t *a, uint64_t now) {
+  uint64_t half = peak_half_ns(a);
+  if (a->peak_ns == 0) a->peak_ns = now; /* a new arena's first window: keep its climb */
   if (now - a->peak_ns >= half) {
     a->peak_active[1] = now - a->peak_ns >= 2 * half ? 0 : a->peak_active[0];
     a->peak_active[0] = 0;
     a->peak_ns = now;
   }
   if (a->nactive > a->peak_active[0]) a->peak_active[0] = a->nactive;
+}
+
+void arena_note_peak(arena_t *a) {
+  uint64_t now = decay_now();
+  peak_rotate(a, now);
   __atomic_store_n(&huge_alloc_ns, now, __ATOMIC_RELAXED);
 }
 
@@ -77,7 +88,18 @@ static size_t dirty_cap(const arena_t *a) {
     if (want > a->nactive + HUGE_STORM_SLACK / os_page) want = a->nactive + HUGE_STORM_SLACK / os_page;
     return want > floor ? want : floor;
   }
-  return a->nactive > floor ? a->nactive : floor;
+  /* An ordinary arena may keep as many dirty pages as it had active at its recent peak,
+   * up to PEAK_KEEP_MAX: a live set that falls and climbs again (wl_halffree: 75 MiB of
+   * 4 KiB blocks replaced by 16 B ones, round after round) then refaults nothing; capping
+   * at the active pages purged 60 MiB per climb (3x mimalloc's page faults), and at the
+   * peak less the active pages still purged in small batches on the way up. Dirty pages
+   * are reused before fresh ones, so this does not raise the arena's resident peak; a
+   * free storm that ends a phase (wl_memreturn) leaves at most PEAK_KEEP_MAX resident
+   * until decay. */
+  size_t want = a->peak_active[0] > a->peak_active[1] ? a->peak_active[0] : a->peak_active[1];
+  if (want > PEAK_KEEP_MAX / os_page) want = PEAK_KEEP_MAX / os_page;
+  if (want < a->nactive) want = a->nactive;
+  return want > floor ? want : floor;
 }
 
 static uint64_t step_ns(int64_t ms) { return (uint64_t)ms * 1000000u / DECAY_STEPS; }
@@ -132,12 +154,17 @@ uint64_t decay_deadline(const decay_t *d, size_t npages) {
 /* Both stages, elock held (dropped around madvise by extent_purge). */
 static void decay_arena_locked(arena_t *a) {
   uint64_t now = decay_now();
-  if (a->huge) arena_note_peak(a); /* an idle arena's peak ages out too */
+  if (a->huge) {
+    arena_note_peak(a); /* an idle arena's peak ages out too */
+  } else {
+    peak_rotate(a, now);
+  }
   size_t keep = decay_step(&a->ddecay, a->dirty.npages, now);
   size_t cap = dirty_cap(a);
-  /* Batch: well under the cap; the oversize arena only down to it (its extents are few
-   * and big, and each purged page faults in again on reuse). */
-  if (a->dirty.npages > cap && keep > cap / 2) keep = a->huge ? cap : cap / 2;
+  /* Batch: well under the cap; when the cap comes from a recent peak only down to it
+   * (each purged page faults in again on reuse). */
+  bool from_peak = a->huge || cap > (a->nactive > DIRTY_CAP_MIN / os_page ? a->nactive : DIRTY_CAP_MIN / os_page);
+  if (a->dirty.npages > cap && keep > cap / 2) keep = a->huge ? cap : from_peak ? cap - cap / 4 : cap / 2;
   if (keep < a->dirty.npages) extent_purge(a, ES_DIRTY, keep, decay_ms(&a->mdecay) != 0);
   a->ddecay.nunpurged = a->dirty.npages;
   if (a->huge) huge_note(a);

@@ -602,7 +602,11 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     f->zeroed = 1; /* commit gives zeroed pages */
   }
   a->nactive += size / os_page;
-  if (a->huge) arena_note_peak(a);
+  if (a->huge) {
+    arena_note_peak(a);
+  } else if (a->nactive > a->peak_active[0]) {
+    a->peak_active[0] = a->nactive; /* its window turns in decay.c */
+  }
   if (a->user) active_link(a, f);
   if (state == ES_RETAINED && h == NULL) {
     __atomic_fetch_add(&extent_resident_pages, size / os_page, __ATOMIC_RELAXED);
@@ -644,7 +648,11 @@ bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size) {
   }
   e->size = new_size;
   a->nactive += need / os_page;
-  if (a->huge) arena_note_peak(a);
+  if (a->huge) {
+    arena_note_peak(a);
+  } else if (a->nactive > a->peak_active[0]) {
+    a->peak_active[0] = a->nactive;
+  }
   if (state == ES_MUZZY) e->zeroed = 0;
   if (state == ES_RETAINED) {
     __atomic_fetch_add(&extent_resident_pages, need / os_page, __ATOMIC_RELAXED);

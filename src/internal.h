@@ -393,8 +393,8 @@ struct arena_s {
   uint8_t destroyed;      /* arena.<i>.destroy'ed: its index awaits reuse */
   edata_t *active_head;   /* user arenas: active extents through lru_next/prev (elock) */
   uint64_t gen;           /* atomic; advanced by reset and destroy with every bin lock held */
-  /* The oversize arena's active pages at their highest in this half decay time and in
-   * the one before (elock): its dirty cap (decay.c). */
+  /* The arena's active pages at their highest in this half decay time and in the one
+   * before (elock): its dirty cap (decay.c). */
   size_t peak_active[2];
   uint64_t peak_ns;
 };

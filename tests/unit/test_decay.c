@@ -159,6 +159,48 @@ static void test_oversize_arena_keeps_its_peak_and_trims_it_when_idle(void) {
   os_mem_limit = saved;
 }
 
+/* An ordinary arena keeps as many freed pages as it had active at its recent peak (past
+ * the 32 MiB floor), so a live set that falls and climbs again (wl_halffree) reuses them
+ * instead of faulting in purged ones; at most 96 MiB, so a free storm that ends a phase
+ * leaves little resident. Fails on the previous design at the first check (it purged a
+ * free storm down to half the 32 MiB floor). */
+static void test_ordinary_arena_keeps_its_recent_peak_up_to_96_mib(void) {
+  arena_t *a = arena_get(1);
+  size_t M = (size_t)1 << 20;
+  static void *p[128];
+  decay_init(&a->ddecay, -1, decay_now()); /* nothing decays by age */
+  limit_check(a); /* no container-limit purge meanwhile (see the oversize test) */
+  uint64_t saved = os_mem_limit;
+  os_mem_limit = 0;
+  __atomic_store_n(&limit_pending, false, __ATOMIC_RELAXED);
+  arena_purge(a);
+  for (int i = 0; i < 48; i++) {
+    p[i] = arena_large_alloc(a, M, 0, false);
+    CHECK(p[i] != NULL);
+    memset(p[i], 1, M);
+  }
+  for (int i = 0; i < 48; i++) {
+    arena_large_dalloc(rt_edata(rtree_read((uintptr_t)p[i])));
+    arena_maybe_purge(a);
+  }
+  CHECK(a->dirty.npages >= 48 * M / os_page);
+  /* A 128 MiB peak: what stays dirty after the storm is at most 96 MiB. */
+  for (int i = 0; i < 128; i++) {
+    p[i] = arena_large_alloc(a, M, 0, false);
+    CHECK(p[i] != NULL);
+    memset(p[i], 1, M);
+  }
+  for (int i = 0; i < 128; i++) {
+    arena_large_dalloc(rt_edata(rtree_read((uintptr_t)p[i])));
+    arena_maybe_purge(a);
+  }
+  CHECK(a->dirty.npages <= 96 * M / os_page);
+  CHECK(a->dirty.npages >= 64 * M / os_page);
+  arena_purge(a);
+  decay_init(&a->ddecay, arenas_dirty_decay_ms, decay_now());
+  os_mem_limit = saved;
+}
+
 int main(void) {
   if (strata_init()) return 1;
   printf("unit: decay\n");
@@ -168,5 +210,6 @@ int main(void) {
   RUN(test_limit_headroom_and_due);
   RUN(test_limit_purges_every_arena_when_fresh_pages_near_it);
   RUN(test_oversize_arena_keeps_its_peak_and_trims_it_when_idle);
+  RUN(test_ordinary_arena_keeps_its_recent_peak_up_to_96_mib);
   UNIT_EXIT();
 }
