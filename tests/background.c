@@ -387,6 +387,17 @@ static size_t rss_bytes(void)
  * pages: within the decay time and a second, with no allocator call, stats.metadata is
  * back near where it started and RSS within 4 MiB of it (issue 6's goal, at test size).
  * Before, metadata never shrank. */
+static size_t pk_meta0, pk_meta_peak, pk_rss0;
+static bool peak_returned(void)
+{
+    bool meta_back = metadata() < pk_meta0 + (pk_meta_peak - pk_meta0) / 2;
+#if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+    return meta_back && rss_bytes() < pk_rss0 + 4 * MiB;
+#else
+    return meta_back;
+#endif
+}
+
 TEST(test_background_thread_returns_a_peaks_metadata)
 {
     set_decay_all(300, 0);
@@ -413,7 +424,10 @@ TEST(test_background_thread_returns_a_peaks_metadata)
     CHECK(meta_peak >= meta0 + 256 * 1024, "the burst grew metadata by %zu bytes only: the test would prove nothing",
           meta_peak - meta0);
     for (size_t i = 0; i < n; i++) free(p[i]);
-    sleep_ms(300 + 1000); /* no allocator call: only the background thread can give it back */
+    /* No allocator call: only the background thread can give it back. It needs the decay
+     * time (300 ms) and a pass; the deadline is generous for a loaded machine. */
+    pk_meta0 = meta0, pk_meta_peak = meta_peak, pk_rss0 = rss0;
+    wait_for(peak_returned, 10000);
     size_t rss1 = rss_bytes(), meta1 = metadata();
     CHECK(meta1 < meta0 + (meta_peak - meta0) / 2, "metadata %zu before, %zu at the peak, %zu after", meta0,
           meta_peak, meta1);
@@ -461,6 +475,9 @@ static void arena_burst(unsigned ind)
     for (int i = 0; i < 8; i++) dallocx(q[i], MALLOCX_TCACHE_NONE);
 }
 
+static unsigned ua_ind;
+static bool user_arena_clean(void) { return arena_pdirty(ua_ind) == 0; }
+
 /* User arenas are on the background threads' schedule too (before, they purged only on
  * their own events, and with background threads on, only past their dirty cap). */
 TEST(test_background_thread_decays_user_arenas)
@@ -469,7 +486,8 @@ TEST(test_background_thread_decays_user_arenas)
     write_bool("background_thread", true);
     arena_burst(ind);
     CHECK(arena_pdirty(ind) > 0, "nothing dirty: the test would prove nothing");
-    sleep_ms(300 + 1000);
+    ua_ind = ind;
+    wait_for(user_arena_clean, 10000); /* decay time 300 ms, generous for a loaded machine */
     CHECK_EQ(arena_pdirty(ind), 0);
     write_bool("background_thread", false);
 }
@@ -522,7 +540,8 @@ TEST(test_background_thread_purges_hooked_arenas_through_their_hooks)
     arena_burst(ind);
     CHECK(arena_pdirty(ind) > 0, "nothing dirty: the test would prove nothing");
     long before = atomic_load(&hk_purges);
-    sleep_ms(300 + 1000);
+    ua_ind = ind;
+    wait_for(user_arena_clean, 10000);
     CHECK_EQ(arena_pdirty(ind), 0);
     CHECK(atomic_load(&hk_purges) > before);
     CHECK(atomic_load(&hk_purges_elsewhere) > 0, "purge_forced never ran on a background thread");
