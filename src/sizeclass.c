@@ -8,13 +8,9 @@ uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
 size_t sz_size[SZ_NCLASSES + 1];
 bin_info_t bin_info[SZ_NSMALL + 1];
 
-/* Smallest slab above 128 B: one page, as jemalloc's 1-7 page slabs; a slab grows (up
- * to 16 times) until the tail waste is under 1/64. Small slabs are what lets a drifting
- * size mix give its pages back: a few long-lived regions pin a page, not 16 KiB of them
- * (wl_drift at dirty_decay_ms:0: 1.72 -> ~1.5, jemalloc 1.42). Their per-slab metadata
- * (80 B edata + bitmap, ~2% of a 4 KiB slab) goes back to meta.c's pools when the slab
- * does. */
-#define SLAB_MIN ((size_t)4 << 10)
+/* Smallest slab: 16 KiB keeps per-slab metadata (edata + bitmap) near 1% for 16..128 B
+ * objects; a slab grows (up to 16 of them) until the tail waste is under 1/64. */
+#define SLAB_MIN ((size_t)16 << 10)
 #define SLAB_MAX_MULT 16
 /* Classes up to 128 B start at 64 KiB: one 80-byte edata per 16 KiB cost 0.5% of RSS
  * for 32-48 B objects, the largest out-of-band overhead left (Redis with 1M small keys,
@@ -22,11 +18,6 @@ bin_info_t bin_info[SZ_NSMALL + 1];
  * Pages of a slab are touched only as its regions are handed out. */
 #define SLAB_MIN_TINY ((size_t)64 << 10)
 #define SLAB_TINY_MAX ((size_t)128)
-/* 160..256 B keep 16 KiB (64-102 regions): with 16-21 regions a slab, the remote-free
- * drain and the refill walk three times the slabs (bench/figures producer/consumer
- * 84.3 -> 99.8 instructions an object), for little of wl_drift's pinned bytes. */
-#define SLAB_MIN_MID ((size_t)16 << 10)
-#define SLAB_MID_MAX ((size_t)256)
 
 /* Classes 1..9: 8, 16, 32, ..., 128; then 4 per doubling: base + k * base/4. */
 static size_t class_size(szind_t ind) {
@@ -70,7 +61,7 @@ void sz_init(void) {
     __atomic_store_n(&sz_lookup[s >> 3], (uint8_t)sz_size2index_compute(s ? s : 1), __ATOMIC_RELAXED);
   for (szind_t i = 1; i <= SZ_NSMALL; i++) {
     size_t size = sz_size[i], best = 0, best_waste = (size_t)-1;
-    size_t smin = size <= SLAB_TINY_MAX ? SLAB_MIN_TINY : size <= SLAB_MID_MAX ? SLAB_MIN_MID : SLAB_MIN;
+    size_t smin = size <= SLAB_TINY_MAX ? SLAB_MIN_TINY : SLAB_MIN;
     size_t minp = smin > os_page ? smin / os_page : 1;
     for (size_t p = minp; p <= minp * SLAB_MAX_MULT; p++) {
       size_t bytes = p * os_page, waste = bytes % size;
