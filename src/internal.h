@@ -402,9 +402,14 @@ typedef struct {
 HIDDEN extern uint32_t tbin_max[];
 static inline uint32_t tbin_count(const tbin_t *b, unsigned ind) { return tbin_max[ind] - b->avail; }
 #define TCACHE_NBINS_MAX 74 /* classes 1..73: up to 8 MiB, jemalloc's tcache_max limit */
+/* Heap profiling (prof:true): small class i's slab granules carry class i + TBIN_PROF_OFF
+ * in the rtree, so the free fast path pushes onto bins[i + TBIN_PROF_OFF], a *stash* the
+ * malloc fast path never pops (prof.c); with prof:false those bins stay unused. */
+#define TBIN_PROF_OFF (TCACHE_NBINS_MAX - 1)
+#define TCACHE_BINS_ALL (TCACHE_NBINS_MAX + SZ_NSMALL)
 typedef struct tcache_s tcache_t;
 struct tcache_s {
-  tbin_t bins[TCACHE_NBINS_MAX];
+  tbin_t bins[TCACHE_BINS_ALL];
   arena_t *arena;
   tcache_t *next, *prev;         /* registry, for fork and stats */
   uint32_t gc_ticks, gc_bin;
@@ -660,10 +665,12 @@ HIDDEN void bg_postfork_child(void);
 
 /* ------------------------------------------------------------------ prof.c, prof_dump.c */
 /*
- * Heap profiling. With opt.prof (fixed at start) every free takes the slow path (the
- * caches' align masks are all ones) and every byte a thread can pop from its cache is
- * reserved against the bytes left before its next sample, so the fast malloc path needs
- * no counter; see prof.c. With prof:false nothing here runs.
+ * Heap profiling. With opt.prof (fixed at start) every byte a thread can pop from its
+ * cache is reserved against the bytes left before its next sample, so the fast malloc
+ * path needs no counter; frees stay on the fast path but land in per-class stash bins
+ * the malloc fast path cannot pop (the slabs' rtree class is ind + TBIN_PROF_OFF), and a
+ * sampled small block's granule carries class 0 so that its free takes the slow path;
+ * see prof.c. With prof:false nothing here runs.
  */
 enum { PROF_FMT_JEMALLOC = 1, PROF_FMT_PPROF = 2 };
 typedef struct {
@@ -683,8 +690,9 @@ HIDDEN unsigned prof_fill_limit(szind_t ind, unsigned want); /* takes the first;
 HIDDEN void prof_credit_return(size_t bytes);   /* reserved bytes not used after all */
 HIDDEN extern bool prof_want_thread;            /* the dump thread is to be created */
 HIDDEN void prof_free_hook(void);               /* a free's slow path, outside strata: may malloc */
-/* tcache.c, for the profiler: frees go to a per-bin stash the fast path cannot pop; fills
- * take from it; unreserve moves every cached block back to it. */
+/* tcache.c, for the profiler: small frees go to the stash bins, large ones to a per-class
+ * stash (prof_stash_t); fills take from them; unreserve moves every cached block back. */
+HIDDEN void tcache_prof_stash_small(tcache_t *tc, szind_t ind, void *p); /* reentrant held */
 typedef struct {
   void *head[TCACHE_NBINS_MAX];
   uint32_t n[TCACHE_NBINS_MAX];
@@ -705,6 +713,12 @@ HIDDEN void prof_after(tsd_t *tsd, void *p, size_t usize); /* records p if prof_
 HIDDEN bool prof_free_sampled(tsd_t *tsd, void *p, edata_t *ed); /* true: leak p (re-entered) */
 static inline bool prof_is_sampled(const edata_t *ed) {
   return __atomic_load_n(&ed->prof_nsampled, __ATOMIC_RELAXED) != 0;
+}
+/* Whether p (class ind, extent ed) may be a sampled block: a small one only in a granule
+ * whose rtree class is 0 (prof.c sets it while a sampled block starts there). */
+static inline bool prof_maybe_sampled(const void *p, const edata_t *ed, szind_t ind) {
+  if (!prof_is_sampled(ed)) return false;
+  return ind > SZ_NSMALL || rt_szind(rtree_read((uintptr_t)p)) == 0;
 }
 HIDDEN void prof_prefork(void);
 HIDDEN void prof_postfork(bool child);

@@ -175,6 +175,14 @@ static void interval_note(uint64_t bytes) {
 
 bool prof_want_thread;
 
+/* The dump thread is created by the next slow path with no strata state in progress:
+ * the background threads' hook (bg_create_wanted), which malloc's and free's slow paths
+ * call when bg_create_pending is set (frees mostly stay on the fast path). */
+static void want_thread(void) {
+  __atomic_store_n(&prof_want_thread, true, __ATOMIC_RELEASE);
+  __atomic_store_n(&bg_create_pending, true, __ATOMIC_RELEASE);
+}
+
 void prof_free_hook(void) { /* called from idalloc, outside strata: may malloc */
   if (__atomic_exchange_n(&prof_want_thread, false, __ATOMIC_ACQ_REL)) dump_thread_start();
 }
@@ -304,6 +312,34 @@ static void live_remove(live_t *e) {
   live_tomb++;
 }
 
+/* ---------------------------------------------------------------- routing (prof_lock held) */
+/* A sampled small block's granule carries class 0 in the rtree while the block lives, so
+ * that its free leaves the fast path (which pushes onto the stash bin of the granule's
+ * class) and reaches prof_free_sampled; the other blocks of that granule take the slow
+ * path meanwhile (prof_maybe_sampled sends them on without the lock unless their slab
+ * holds a sample). Changed only under prof_lock: a sample and a sampled free of the same
+ * granule cannot interleave. */
+static void gran_poison(edata_t *ed, uintptr_t p) {
+  if (!ed->slab) return;
+  rtree_write(p & ~(GRAN - 1), rt_make(ed, 0, 1));
+}
+
+/* After p's record left the set and ed's count was decremented: give the granule its
+ * class back unless another sampled block starts in it. */
+static void gran_restore(edata_t *ed, uintptr_t p) {
+  if (!ed->slab) return;
+  uintptr_t g = p & ~(GRAN - 1);
+  szind_t ind = ed->szind;
+  if (prof_is_sampled(ed)) {
+    size_t sz = bin_info[ind].size;
+    uintptr_t end = ed->addr + (uintptr_t)bin_info[ind].nregs * sz;
+    for (uintptr_t q = ed->addr + (g - ed->addr + sz - 1) / sz * sz; q < g + GRAN && q < end; q += sz) {
+      if (q != p && live_find(q) != NULL) return;
+    }
+  }
+  rtree_write(g, rt_make(ed, arena_of(ed)->user ? 0 : ind + TBIN_PROF_OFF, 1));
+}
+
 /* ---------------------------------------------------------------- sample and free */
 void prof_after(tsd_t *tsd, void *p, size_t usize) {
   prof_tdata_t *td = &prof_td;
@@ -324,7 +360,7 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
   mtx_lock(&prof_lock);
   prof_stack_t *st = prof_stack_intern(frames, n);
   live_t *old = live_find((uintptr_t)p);
-  if (old) live_remove(old); /* freed unseen (a 4 GiB-aligned fast free): forget it */
+  if (old) live_remove(old); /* cannot happen (every sampled free is seen): be safe */
   if (st && !live_grow()) {
     size_t i = live_hash((uintptr_t)p, live_cap);
     while (live[i].p > 1) i = (i + 1) & (live_cap - 1);
@@ -341,12 +377,14 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
     st->w_acc_bytes += w * (double)usize;
     live_w_bytes += w * (double)usize;
     if (!old) __atomic_add_fetch(&ed->prof_nsampled, 1, __ATOMIC_RELAXED);
+    gran_poison(ed, (uintptr_t)p);
     if (live_w_bytes > live_w_peak) {
       live_w_peak = live_w_bytes;
       gdump = __atomic_load_n(&prof_gdump_now, __ATOMIC_RELAXED);
     }
   } else if (old) {
     __atomic_sub_fetch(&ed->prof_nsampled, 1, __ATOMIC_RELAXED);
+    gran_restore(ed, (uintptr_t)p);
   }
   mtx_unlock(&prof_lock);
   if (gdump) __atomic_or_fetch(&dump_req, REQ_GDUMP, __ATOMIC_RELEASE);
@@ -356,7 +394,7 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
     if (__atomic_load_n(&dump_thread_started, __ATOMIC_ACQUIRE) && dump_thread_pid == getpid()) {
       dump_wake();
     } else {
-      __atomic_store_n(&prof_want_thread, true, __ATOMIC_RELEASE);
+      want_thread();
     }
   }
 }
@@ -369,6 +407,7 @@ bool prof_free_sampled(tsd_t *tsd, void *p, edata_t *ed) {
   if (e) {
     live_remove(e);
     __atomic_sub_fetch(&ed->prof_nsampled, 1, __ATOMIC_RELAXED);
+    gran_restore(ed, (uintptr_t)p);
   }
   mtx_unlock(&prof_lock);
   tsd->reentrant = 0;
@@ -562,7 +601,7 @@ void prof_postfork(bool child) {
     mtx_init(&prof_dump_lock);
     /* The dump thread is not in the child: the next request starts one. */
     __atomic_store_n(&dump_thread_started, false, __ATOMIC_RELEASE);
-    if (__atomic_load_n(&dump_req, __ATOMIC_RELAXED)) prof_want_thread = true;
+    if (__atomic_load_n(&dump_req, __ATOMIC_RELAXED)) want_thread();
     dump_seq = dump_mseq = dump_iseq = dump_useq = 0;
   } else {
     mtx_unlock(&prof_lock);

@@ -69,6 +69,10 @@ void tcache_boot(void) {
   }
 }
 
+/* Heap profiling: room of small class i's stash bin (bins[i + TBIN_PROF_OFF]). */
+static inline uint32_t stash_cap(szind_t i) { return 2 * tbin_max[i]; }
+static inline uint32_t stash_count(const tbin_t *sb, szind_t i) { return stash_cap(i) - sb->avail; }
+
 /* Every bin empty, with its room and alignment check. */
 static void tcache_reset_bins(tcache_t *tc) {
   void *stash = tc->prof_stash; /* a pooled cache keeps its (empty) profiler stash */
@@ -76,9 +80,12 @@ static void tcache_reset_bins(tcache_t *tc) {
   tc->prof_stash = stash;
   for (szind_t i = 1; i < tcache_nbins; i++) {
     tc->bins[i].avail = tbin_max[i];
-    /* Heap profiling counts every free (prof.c): no pointer passes an all-ones mask. */
-    tc->bins[i].align_mask = unlikely(prof_on) ? UINT32_MAX : tbin_align_mask[i];
+    tc->bins[i].align_mask = tbin_align_mask[i];
     tc->fill[i] = tbin_fill_init[i];
+    if (unlikely(prof_on) && i <= SZ_NSMALL) { /* the free fast path's stash (prof.c) */
+      tc->bins[i + TBIN_PROF_OFF].avail = stash_cap(i);
+      tc->bins[i + TBIN_PROF_OFF].align_mask = tbin_align_mask[i];
+    }
   }
   tc->gc_every = GC_INTERVAL;
 }
@@ -120,9 +127,18 @@ typedef struct {
  * run's slab is a multiple of the size within the slab's used bytes. Power-of-two
  * classes skip the multiple test (check_start false): free() checked the alignment,
  * which proves it. Specialised for both, so the per-region loop has no test of it. */
+/* A slab granule whose rtree class is 0 under prof:true holds a sampled block (prof.c):
+ * its other regions are cached as any other. */
+static NOINLINE bool flush_poisoned_ok(uint64_t e, szind_t ind) {
+  edata_t *ed = rt_edata(e);
+  return prof_on && (e & RT_SLAB) && rt_szind(e) == 0 && ed != NULL && ed->szind == ind &&
+         !arena_ind_is_user(ed->arena_ind);
+}
+
 static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, uint32_t n, szind_t ind,
                                                                       slab_run_t *runs, unsigned own,
                                                                       const bool check_start) {
+  const unsigned rc = ind + (unlikely(prof_on) ? TBIN_PROF_OFF : 0); /* the slabs' rtree class */
   const bin_info_t *bi = &bin_info[ind];
   const uint64_t magic = bi->div_magic, size = bi->size, used = (uint64_t)bi->nregs * bi->size;
   const uintptr_t key = tcache_key;
@@ -133,7 +149,7 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
     uint64_t diff = (uintptr_t)p - lo;
     if (unlikely(diff >= used)) {
       uint64_t e = rtree_read((uintptr_t)p);
-      if (unlikely(!(e & RT_SLAB) || rt_szind(e) != ind)) strata_invalid_free("free", p);
+      if (unlikely(!(e & RT_SLAB) || rt_szind(e) != rc) && !flush_poisoned_ok(e, ind)) strata_invalid_free("free", p);
       if (sc.nruns) runs[sc.nruns - 1].len = len;
       edata_t *slab = rt_edata(e);
       runs[sc.nruns++] = (slab_run_t){slab, p, 0};
@@ -156,11 +172,11 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
 /* Flush all but `keep` of bin ind, taking them from the head of the list. Each region is
  * validated against the rtree (a slab of this class and a region start; a large extent
  * of this class that starts at the pointer), then returned to its owner arena. */
-static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
-  tbin_t *b = &tc->bins[ind];
-  sassert(tbin_count(b, ind) <= tbin_max[ind]);
-  while (tbin_count(b, ind) > keep) {
-    uint32_t n = tbin_count(b, ind) - keep;
+static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_t *b, szind_t ind, uint32_t max,
+                                                             uint32_t keep) {
+  sassert(max - b->avail <= max);
+  while (max - b->avail > keep) {
+    uint32_t n = max - b->avail - keep;
     if (n > FLUSH_BUF) n = FLUSH_BUF;
     /* The first n regions of the list go: no walk to a cut point (the kept ones are the
      * older half; overflows happen in free-heavy phases, where that costs nothing). */
@@ -199,6 +215,15 @@ static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
       if (runs[r].slab) bin_dalloc_runs(arenas[runs[r].slab->arena_ind], ind, runs, sc.nruns);
     }
   }
+}
+
+static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
+  flush_tbin(tc, &tc->bins[ind], ind, tbin_max[ind], keep);
+}
+
+/* Heap profiling: flush small class ind's stash bin down to keep blocks. */
+static NOINLINE void stash_flush(tcache_t *tc, szind_t ind, uint32_t keep) {
+  flush_tbin(tc, &tc->bins[ind + TBIN_PROF_OFF], ind, stash_cap(ind), keep);
 }
 
 /* Bring bin ind's share of tcache_total up to date (slow paths only: one atomic add). */
@@ -267,18 +292,20 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
 
 /* ---------------------------------------------------------------- heap profiling */
 /*
- * With prof:true (prof.c) every free takes the slow path, which puts the block in this
- * stash instead of the bin's list: the malloc fast path pops only blocks whose bytes are
- * reserved against the thread's next sample. Fills take from the stash first (no arena
- * trip); when the reservation must be given back, the bins' lists move to the stash.
+ * With prof:true (prof.c) the malloc fast path pops only blocks whose bytes are reserved
+ * against the thread's next sample. Frees of small blocks go (fast or slow) to the class's
+ * stash bin, bins[ind + TBIN_PROF_OFF], which the malloc fast path never pops: the slabs'
+ * rtree class points the free fast path there. Fills take from the stash first (no arena
+ * trip, the whole list in O(1) when it fits); when the reservation must be given back, the
+ * bins' lists move to the stash. Large classes (always freed on the slow path) keep the
+ * small prof_stash_t.
  */
 prof_stash_t *tcache_prof_stash(tcache_t *tc) {
   if (tc->prof_stash == NULL) tc->prof_stash = meta_alloc(sizeof(prof_stash_t));
   return tc->prof_stash;
 }
-#define stash_get tcache_prof_stash
 
-/* Up to n blocks off the stash's list, linked, NULL-terminated; the count taken. */
+/* Up to n blocks off the large-class stash's list, linked, NULL-terminated; the count taken. */
 static unsigned stash_take(prof_stash_t *s, szind_t ind, unsigned n, void **head) {
   if (s == NULL || s->n[ind] == 0) return 0;
   if (n > s->n[ind]) n = s->n[ind];
@@ -291,30 +318,65 @@ static unsigned stash_take(prof_stash_t *s, szind_t ind, unsigned n, void **head
   return n;
 }
 
+/* Up to n blocks off small class ind's stash bin (its list is NULL-terminated). */
+static unsigned stash_bin_take(tcache_t *tc, szind_t ind, unsigned n, void **head) {
+  tbin_t *sb = &tc->bins[ind + TBIN_PROF_OFF];
+  uint32_t have = stash_count(sb, ind);
+  if (have == 0) return 0;
+  void *first = sb->head;
+  if (unlikely(!link_plausible(first))) strata_heap_corruption(first, ind);
+  if (have <= n) { /* all of it: no walk */
+    sb->head = NULL;
+    sb->avail = stash_cap(ind);
+    *head = first;
+    return have;
+  }
+  void *last = first;
+  for (unsigned i = 1; i < n; i++) last = link_next(last, ind);
+  sb->head = link_next(last, ind);
+  LINK_SET(last, NULL);
+  sb->avail += n;
+  *head = first;
+  return n;
+}
+
+/* A slow-path free of small class ind into its stash bin (tsd->reentrant held). */
+void tcache_prof_stash_small(tcache_t *tc, szind_t ind, void *p) {
+  tbin_t *sb = &tc->bins[ind + TBIN_PROF_OFF];
+  if (unlikely(sb->avail == 0)) stash_flush(tc, ind, stash_cap(ind) / 2);
+  TAG_WORD(p) = TAG_OF(p);
+  LINK_SET(p, sb->head);
+  sb->head = p;
+  sb->avail--;
+}
+
 void tcache_prof_unreserve(tcache_t *tc) {
-  prof_stash_t *s = stash_get(tc);
   for (szind_t i = 1; i < tcache_nbins; i++) {
     tbin_t *b = &tc->bins[i];
     uint32_t n = tbin_count(b, i);
     if (n == 0) continue;
-    if (s == NULL) {
+    if (i > SZ_NSMALL) { /* never filled under prof:true; to the arena if ever */
       tcache_flush_bin(tc, i, 0);
       continue;
     }
+    tbin_t *sb = &tc->bins[i + TBIN_PROF_OFF];
+    if (stash_count(sb, i) + n > stash_cap(i)) stash_flush(tc, i, stash_cap(i) - n);
     void *last = b->head;
     for (uint32_t k = 1; k < n; k++) last = link_next(last, i);
-    LINK_SET(last, s->head[i]);
-    s->head[i] = b->head;
-    s->n[i] += n;
+    LINK_SET(last, sb->head);
+    sb->head = b->head;
+    sb->avail -= n;
     b->head = NULL;
     b->avail = tbin_max[i];
   }
 }
 
-/* Everything in the stash back to the arenas (tcache_flush_all: exit, trim, flush). */
+/* Everything in the stashes back to the arenas (tcache_flush_all: exit, trim, flush). */
 static void stash_drain(tcache_t *tc) {
+  for (szind_t i = 1; i < tcache_nbins && i <= SZ_NSMALL; i++) stash_flush(tc, i, 0);
   prof_stash_t *s = tc->prof_stash;
-  for (szind_t i = 1; i < tcache_nbins; i++) {
+  if (s == NULL) return;
+  for (szind_t i = SZ_NSMALL + 1; i < tcache_nbins; i++) {
     tbin_t *b = &tc->bins[i];
     void *head;
     unsigned got;
@@ -336,8 +398,8 @@ static NOINLINE void *alloc_hard_prof(tcache_t *tc, szind_t ind) {
   size_t usize = sz_size[ind];
   void *p = NULL;
   if (ind <= SZ_NSMALL) {
-    unsigned want = prof_fill_limit(ind, tbin_max[ind] / 2 ? tbin_max[ind] / 2 : 1);
-    unsigned got = stash_take(tc->prof_stash, ind, want, &p);
+    unsigned want = prof_fill_limit(ind, tbin_fill_max[ind]);
+    unsigned got = stash_bin_take(tc, ind, want, &p);
     if (got == 0) got = bin_fill_list(tc->arena, ind, &p, want);
     if (got < want) prof_credit_return((size_t)(want - (got ? got : 1)) * usize);
     if (got == 0) return NULL;
@@ -374,6 +436,10 @@ void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated)
     *allocated += tsd->tcache->bins[i].nmalloc * sz_size[i];
     *deallocated += tsd->tcache->bins[i].ndalloc * sz_size[i];
   }
+  if (unlikely(prof_on)) { /* fast frees into the stash bins (prof.c) */
+    for (szind_t i = 1; i <= SZ_NSMALL && i < tcache_nbins; i++)
+      *deallocated += tsd->tcache->bins[i + TBIN_PROF_OFF].ndalloc * sz_size[i];
+  }
 }
 
 void tcache_flush_all(tcache_t *tc) {
@@ -381,7 +447,7 @@ void tcache_flush_all(tcache_t *tc) {
     tcache_flush_bin(tc, i, 0);
     tcache_publish(tc, i);
   }
-  if (unlikely(tc->prof_stash != NULL)) stash_drain(tc);
+  if (unlikely(prof_on)) stash_drain(tc);
 }
 
 /* Unlist a flushed cache and keep it for the next thread. */
