@@ -708,7 +708,7 @@ static inline bool tcache_prof_stash_push(tcache_t *tc, szind_t ind, void *p) { 
   s->n[ind]++;
   return true;
 }
-HIDDEN void tcache_prof_unreserve(tcache_t *tc);
+HIDDEN uint64_t tcache_prof_unreserve(tcache_t *tc); /* bytes whose reservation ended */
 HIDDEN void prof_after(tsd_t *tsd, void *p, size_t usize); /* records p if prof_take chose it */
 HIDDEN bool prof_free_sampled(tsd_t *tsd, void *p, edata_t *ed); /* true: leak p (re-entered) */
 static inline bool prof_is_sampled(const edata_t *ed) {

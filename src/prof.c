@@ -196,17 +196,17 @@ void prof_take(size_t usize) {
     td->credit -= (int64_t)usize;
     return;
   }
-  /* Exact: blocks flushed since the last look count again. (This allocation is not in
-   * thread.allocated yet: its caller adds it after.) */
-  credit_rescan(td);
+  /* credit is kept exactly (reservations, their returns, GC flushes) but for caches
+   * flushed whole (thread.tcache.enabled, tcache.flush, exit): a lower bound. Release
+   * every reservation (the cached blocks move to unpoppable lists, O(1) per class);
+   * then, if that is still short, recompute it from the caches' counts (exact). This
+   * allocation is not in thread.allocated yet: its caller adds it after. */
+  tsd_t *tsd = &strata_tsd;
+  if (tsd->state == TSD_ACTIVE) td->credit += (int64_t)tcache_prof_unreserve(tsd->tcache);
   if (td->credit >= (int64_t)usize) {
     td->credit -= (int64_t)usize;
     return;
   }
-  /* Release every reservation (the cached blocks move to the stash): credit becomes
-   * exactly the bytes left in the interval. */
-  tsd_t *tsd = &strata_tsd;
-  if (tsd->state == TSD_ACTIVE) tcache_prof_unreserve(tsd->tcache);
   credit_rescan(td);
   if (td->credit >= (int64_t)usize) {
     td->credit -= (int64_t)usize;
@@ -227,7 +227,8 @@ unsigned prof_fill_limit(szind_t ind, unsigned want) {
   if (prof_td.pending || want <= 1) return 1;
   /* An eighth of the credit at most: other classes' fills near the sampling point find some
    * left, so the reservation moves back to the stash about once per interval. */
-  uint64_t room = (uint64_t)prof_td.credit / 8 / s;
+  uint64_t c8 = (uint64_t)prof_td.credit / 8; /* / s by the class's magic (exact enough below 2^32) */
+  uint64_t room = c8 < ((uint64_t)1 << 32) ? (c8 * bin_info[ind].div_magic) >> 32 : want;
   unsigned extra = room < want - 1 ? (unsigned)room : want - 1;
   prof_td.credit -= (int64_t)(extra * s);
   return 1 + extra;

@@ -255,7 +255,12 @@ static void tcache_event(tcache_t *tc, szind_t ind) {
   /* A bin with no fill or flush since the last visit was not under pressure: give half
    * of what it holds back, so a class the thread stopped using drains over time. */
   if (g != ind && (over || !tc->events[g])) {
-    if (tbin_count(&tc->bins[g], g) > 0) tcache_flush_bin(tc, g, over ? 0 : tbin_count(&tc->bins[g], g) / 2);
+    uint32_t c = tbin_count(&tc->bins[g], g);
+    if (c > 0) {
+      uint32_t keep = over ? 0 : c / 2;
+      tcache_flush_bin(tc, g, keep);
+      if (unlikely(prof_on)) prof_credit_return((size_t)(c - keep) * sz_size[g]); /* reserved bytes */
+    }
     if (tc->fill[g] > tbin_fill_init[g])
       tc->fill[g] = (uint16_t)(over || tc->fill[g] / 2 < tbin_fill_init[g] ? tbin_fill_init[g] : tc->fill[g] / 2);
   }
@@ -305,11 +310,19 @@ prof_stash_t *tcache_prof_stash(tcache_t *tc) {
   return tc->prof_stash;
 }
 
-/* Up to n blocks off the large-class stash's list, linked, NULL-terminated; the count taken. */
+/* Up to n blocks off a prof_stash_t list (NULL-terminated), linked, NULL-terminated; the
+ * count taken. All of it without a walk. */
 static unsigned stash_take(prof_stash_t *s, szind_t ind, unsigned n, void **head) {
   if (s == NULL || s->n[ind] == 0) return 0;
-  if (n > s->n[ind]) n = s->n[ind];
-  void *first = s->head[ind], *last = first;
+  void *first = s->head[ind];
+  if (n >= s->n[ind]) {
+    n = s->n[ind];
+    s->head[ind] = NULL;
+    s->n[ind] = 0;
+    *head = first;
+    return n;
+  }
+  void *last = first;
   for (unsigned i = 1; i < n; i++) last = link_next(last, ind);
   s->head[ind] = link_next(last, ind);
   LINK_SET(last, NULL);
@@ -350,25 +363,34 @@ void tcache_prof_stash_small(tcache_t *tc, szind_t ind, void *p) {
   sb->avail--;
 }
 
-void tcache_prof_unreserve(tcache_t *tc) {
+/* Every cached (reserved) block becomes unpoppable: each small bin's list moves whole to
+ * the class's list in prof_stash_t (O(1) when that is empty), which the next fill takes
+ * first. Returns the bytes whose reservation ends. */
+uint64_t tcache_prof_unreserve(tcache_t *tc) {
+  prof_stash_t *s = tcache_prof_stash(tc);
+  uint64_t bytes = 0;
   for (szind_t i = 1; i < tcache_nbins; i++) {
     tbin_t *b = &tc->bins[i];
     uint32_t n = tbin_count(b, i);
     if (n == 0) continue;
-    if (i > SZ_NSMALL) { /* never filled under prof:true; to the arena if ever */
+    bytes += (uint64_t)n * sz_size[i];
+    /* Large bins are never filled under prof:true; a full list (or no memory) goes to
+     * the arena. */
+    if (s == NULL || i > SZ_NSMALL || s->n[i] + n > tbin_max[i]) {
       tcache_flush_bin(tc, i, 0);
       continue;
     }
-    tbin_t *sb = &tc->bins[i + TBIN_PROF_OFF];
-    if (stash_count(sb, i) + n > stash_cap(i)) stash_flush(tc, i, stash_cap(i) - n);
-    void *last = b->head;
-    for (uint32_t k = 1; k < n; k++) last = link_next(last, i);
-    LINK_SET(last, sb->head);
-    sb->head = b->head;
-    sb->avail -= n;
+    if (s->n[i] != 0) {
+      void *last = b->head;
+      for (uint32_t k = 1; k < n; k++) last = link_next(last, i);
+      LINK_SET(last, s->head[i]);
+    }
+    s->head[i] = b->head;
+    s->n[i] += n;
     b->head = NULL;
     b->avail = tbin_max[i];
   }
+  return bytes;
 }
 
 /* Everything in the stashes back to the arenas (tcache_flush_all: exit, trim, flush). */
@@ -376,7 +398,7 @@ static void stash_drain(tcache_t *tc) {
   for (szind_t i = 1; i < tcache_nbins && i <= SZ_NSMALL; i++) stash_flush(tc, i, 0);
   prof_stash_t *s = tc->prof_stash;
   if (s == NULL) return;
-  for (szind_t i = SZ_NSMALL + 1; i < tcache_nbins; i++) {
+  for (szind_t i = 1; i < tcache_nbins; i++) {
     tbin_t *b = &tc->bins[i];
     void *head;
     unsigned got;
@@ -399,7 +421,8 @@ static NOINLINE void *alloc_hard_prof(tcache_t *tc, szind_t ind) {
   void *p = NULL;
   if (ind <= SZ_NSMALL) {
     unsigned want = prof_fill_limit(ind, tbin_fill_max[ind]);
-    unsigned got = stash_bin_take(tc, ind, want, &p);
+    unsigned got = stash_take(tc->prof_stash, ind, want, &p); /* unreserved blocks first */
+    if (got == 0) got = stash_bin_take(tc, ind, want, &p);
     if (got == 0) got = bin_fill_list(tc->arena, ind, &p, want);
     if (got < want) prof_credit_return((size_t)(want - (got ? got : 1)) * usize);
     if (got == 0) return NULL;
