@@ -657,6 +657,17 @@ EXPORT void *strata_rallocx(void *p, size_t size, int flags) {
   return irealloc(tsd, p, size, flag_align(flags), FLAG_ZERO(flags), FLAG_TCACHE(flags) != 1, ar, "rallocx");
 }
 
+/* Heap profiling: a block resized in place counts as a new allocation of its new size,
+ * as realloc's copy would (jemalloc's prof_realloc): a sample of the old size leaves the
+ * live set, and the new size may be sampled. */
+static NOINLINE void xallocx_prof(tsd_t *tsd, void *p, edata_t *ed, size_t usize) {
+  if (prof_is_sampled(ed) && prof_free_sampled(tsd, p, ed)) return;
+  tsd->reentrant = 1;
+  prof_take(usize);
+  prof_after(tsd, p, usize);
+  tsd->reentrant = 0;
+}
+
 EXPORT size_t strata_xallocx(void *p, size_t size, size_t extra, int flags) {
   tsd_t *tsd = tsd_fetch();
   szind_t old_ind;
@@ -680,6 +691,7 @@ EXPORT size_t strata_xallocx(void *p, size_t size, size_t extra, int flags) {
   }
   tsd->reentrant = 0;
   if (got != old_usize) {
+    if (unlikely(prof_on)) xallocx_prof(tsd, p, ed, got);
     tsd->allocated += got;
     tsd->deallocated += old_usize;
     if (FLAG_ZERO(flags) && got > old_usize) memset((char *)p + old_usize, 0, got - old_usize);

@@ -673,6 +673,12 @@ HIDDEN void bg_postfork_child(void);
  * see prof.c. With prof:false nothing here runs.
  */
 enum { PROF_FMT_JEMALLOC = 1, PROF_FMT_PPROF = 2 };
+#define PROF_THR_NAME 64 /* thread.prof.name, NUL included */
+typedef struct prof_thr_s prof_thr_t;
+typedef struct { /* a thread's line in heap_v2 dumps, copied under prof_lock */
+  uint64_t uid, cur_objs, cur_bytes, acc_objs, acc_bytes;
+  char name[PROF_THR_NAME];
+} prof_thr_snap_t;
 typedef struct {
   bool prof, active, thread_active_init, gdump, final, leak, accum;
   unsigned lg_sample;   /* 0..62 */
@@ -747,7 +753,10 @@ HIDDEN extern mtx_t prof_dump_lock;
 HIDDEN uint64_t prof_exp_draw(uint64_t *rng, uint64_t mean); /* for the unit tests too */
 HIDDEN prof_stack_t *prof_stack_intern(const uintptr_t *frames, unsigned n); /* prof_lock held */
 HIDDEN prof_snap_t *prof_snapshot(size_t *n, size_t *map_bytes); /* os_map'ed; os_unmap(map_bytes) */
-HIDDEN bool prof_dump_heap_v2(const char *path, const prof_snap_t *s, size_t n, uint64_t period);
+HIDDEN bool prof_dump_heap_v2(const char *path, const prof_snap_t *s, size_t n, const prof_thr_snap_t *t, size_t nt,
+                              uint64_t period);
+HIDDEN prof_thr_snap_t *prof_thr_snapshot(size_t *n, size_t *map_bytes); /* os_map'ed */
+HIDDEN void prof_thread_exit(tsd_t *tsd); /* tcache.c's thread destructor */
 HIDDEN bool prof_dump_pprof(const char *path, const prof_snap_t *s, size_t n, uint64_t period);
 HIDDEN void prof_leak_report(const prof_snap_t *s, size_t n, uint64_t period);
 

@@ -56,13 +56,28 @@ bool prof_on;
 /* Stack table: chained hash, 64K heads (512 KiB of untouched-until-used metadata). */
 #define STACK_LG_HEADS 16
 
+/* Per-thread records for heap_v2's "  t<uid>: ... [name]" lines: raw sample counts of the
+ * thread's live (and, with prof_accum, all) samples. Made at a thread's first sample, kept
+ * after it exits while its samples live (others free them), then reused with a new uid.
+ * Guarded by prof_lock; in strata's metadata. */
+struct prof_thr_s {
+  prof_thr_t *next;
+  uint64_t uid;
+  uint64_t cur_objs, cur_bytes, acc_objs, acc_bytes;
+  bool dead;
+  char name[PROF_THR_NAME];
+};
+static prof_thr_t *thr_all;
+static uint64_t thr_uid_next;
+
 typedef struct {
   int64_t credit;        /* lower bound of threshold - thread.allocated - cached bytes */
   uint64_t threshold;    /* thread.allocated at which the next sample happens */
   uint64_t interval;     /* length of the current sampling interval (for lg_prof_interval) */
   uint64_t rng;
   bool init, active, pending, busy;
-  char name[64];         /* thread.prof.name */
+  char name[PROF_THR_NAME]; /* thread.prof.name */
+  prof_thr_t *thr;       /* this thread's record in dumps, made at its first sample */
 } prof_tdata_t;
 static __thread prof_tdata_t prof_td __attribute__((tls_model("initial-exec")));
 
@@ -83,6 +98,7 @@ typedef struct {
   size_t usize;
   double w;              /* 1 / P(sampled) at the rate of the sample */
   uint64_t gen;          /* prof.reset generation */
+  prof_thr_t *thr;       /* the allocating thread's record */
 } live_t;
 static live_t *live;
 static size_t live_cap, live_used, live_tomb;
@@ -301,6 +317,10 @@ static bool live_grow(void) {
 
 static void live_remove(live_t *e) {
   if (e->gen == live_gen) {
+    if (e->thr) {
+      e->thr->cur_objs--;
+      e->thr->cur_bytes -= e->usize;
+    }
     prof_stack_t *st = e->st;
     st->cur_objs--;
     st->cur_bytes -= e->usize;
@@ -341,6 +361,38 @@ static void gran_restore(edata_t *ed, uintptr_t p) {
   rtree_write(g, rt_make(ed, arena_of(ed)->user ? 0 : ind + TBIN_PROF_OFF, 1));
 }
 
+/* This thread's record: a dead one with no live samples is reused (prof_lock held). */
+static prof_thr_t *thr_get(prof_tdata_t *td) {
+  if (td->thr) return td->thr;
+  prof_thr_t *t = thr_all;
+  while (t && !(t->dead && t->cur_objs == 0)) t = t->next;
+  if (t == NULL) {
+    t = meta_alloc(sizeof(*t));
+    if (t == NULL) return NULL;
+    t->next = thr_all;
+    __atomic_store_n(&thr_all, t, __ATOMIC_RELEASE);
+  }
+  t->uid = thr_uid_next++;
+  t->cur_objs = t->cur_bytes = t->acc_objs = t->acc_bytes = 0;
+  t->dead = false;
+  memcpy(t->name, td->name, sizeof(t->name));
+  td->thr = t;
+  return t;
+}
+
+/* Thread exit (tcache.c's destructor): the record stays while its samples live. */
+void prof_thread_exit(tsd_t *tsd) {
+  prof_tdata_t *td = &prof_td;
+  if (td->thr == NULL) return;
+  uint8_t saved = tsd->reentrant;
+  tsd->reentrant = 1;
+  mtx_lock(&prof_lock);
+  td->thr->dead = true;
+  td->thr = NULL;
+  mtx_unlock(&prof_lock);
+  tsd->reentrant = saved;
+}
+
 /* ---------------------------------------------------------------- sample and free */
 void prof_after(tsd_t *tsd, void *p, size_t usize) {
   prof_tdata_t *td = &prof_td;
@@ -366,8 +418,15 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
     size_t i = live_hash((uintptr_t)p, live_cap);
     while (live[i].p > 1) i = (i + 1) & (live_cap - 1);
     if (live[i].p == 1) live_tomb--;
-    live[i] = (live_t){(uintptr_t)p, st, usize, w, live_gen};
+    prof_thr_t *thr = thr_get(td);
+    live[i] = (live_t){(uintptr_t)p, st, usize, w, live_gen, thr};
     live_used++;
+    if (thr) {
+      thr->cur_objs++;
+      thr->cur_bytes += usize;
+      thr->acc_objs++;
+      thr->acc_bytes += usize;
+    }
     st->cur_objs++;
     st->cur_bytes += usize;
     st->acc_objs++;
@@ -439,6 +498,34 @@ prof_snap_t *prof_snapshot(size_t *n, size_t *map_bytes) {
   return s;
 }
 
+/* The records worth a line (a live thread, or live samples), copied under prof_lock. */
+prof_thr_snap_t *prof_thr_snapshot(size_t *n, size_t *map_bytes) {
+  tsd_t *tsd = tsd_fetch();
+  *n = 0;
+  *map_bytes = 0;
+  if (tsd == NULL) return NULL;
+  uint8_t saved = tsd->reentrant;
+  tsd->reentrant = 1;
+  mtx_lock(&prof_lock);
+  size_t cap = 0;
+  for (prof_thr_t *t = thr_all; t; t = t->next) cap++;
+  size_t bytes = ((cap + 1) * sizeof(prof_thr_snap_t) + os_page - 1) & ~(os_page - 1);
+  prof_thr_snap_t *s = os_map(bytes, 0);
+  if (s) {
+    for (prof_thr_t *t = thr_all; t; t = t->next) {
+      if (t->dead && t->cur_objs == 0) continue;
+      prof_thr_snap_t *d = &s[(*n)++];
+      d->uid = t->uid, d->cur_objs = t->cur_objs, d->cur_bytes = t->cur_bytes;
+      d->acc_objs = t->acc_objs, d->acc_bytes = t->acc_bytes;
+      memcpy(d->name, t->name, sizeof(d->name));
+    }
+  }
+  mtx_unlock(&prof_lock);
+  tsd->reentrant = saved;
+  *map_bytes = bytes;
+  return s;
+}
+
 /* ---------------------------------------------------------------- dumps */
 static char *put_str(char *d, const char *s) {
   while (*s) *d++ = *s++;
@@ -472,7 +559,12 @@ static bool dump_write(const char *path) {
   if (s == NULL) return false;
   uint64_t period = sample_mean();
   bool fail = false;
-  if (prof_opt.format & PROF_FMT_JEMALLOC) fail |= prof_dump_heap_v2(path, s, n, period);
+  if (prof_opt.format & PROF_FMT_JEMALLOC) {
+    size_t nt = 0, tbytes = 0;
+    prof_thr_snap_t *t = prof_thr_snapshot(&nt, &tbytes);
+    fail |= prof_dump_heap_v2(path, s, n, t, nt, period);
+    if (t) os_unmap(t, tbytes);
+  }
   if (prof_opt.format & PROF_FMT_PPROF) {
     char pb[512];
     const char *target = path;
@@ -604,6 +696,8 @@ void prof_postfork(bool child) {
     __atomic_store_n(&dump_thread_started, false, __ATOMIC_RELEASE);
     if (__atomic_load_n(&dump_req, __ATOMIC_RELAXED)) want_thread();
     dump_seq = dump_mseq = dump_iseq = dump_useq = 0;
+    /* Only this thread lives on: the others' records stay while their samples do. */
+    for (prof_thr_t *t = thr_all; t; t = t->next) t->dead |= t != prof_td.thr;
   } else {
     mtx_unlock(&prof_lock);
     mtx_unlock(&prof_dump_lock);
@@ -697,6 +791,7 @@ int prof_ctl_reset(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp
     st->cur_objs = st->cur_bytes = st->acc_objs = st->acc_bytes = 0;
     st->w_cur_objs = st->w_cur_bytes = st->w_acc_objs = st->w_acc_bytes = 0;
   }
+  for (prof_thr_t *t = thr_all; t; t = t->next) t->cur_objs = t->cur_bytes = t->acc_objs = t->acc_bytes = 0;
   live_w_bytes = live_w_peak = 0;
   __atomic_store_n(&prof_lg_sample_now, (unsigned)lg, __ATOMIC_RELAXED);
   mtx_unlock(&prof_lock);
@@ -737,6 +832,16 @@ int prof_ctl_thread_name(const size_t *mib, size_t miblen, void *oldp, size_t *o
       if (s[i] < 0x20 || s[i] == 0x7f) return EFAULT; /* jemalloc: printable characters only */
     }
     memcpy(prof_td.name, s, l + 1);
+    if (prof_td.thr) { /* this thread's record in dumps */
+      tsd_t *tsd = tsd_fetch();
+      if (tsd == NULL) return EAGAIN;
+      uint8_t saved = tsd->reentrant;
+      tsd->reentrant = 1;
+      mtx_lock(&prof_lock);
+      memcpy(prof_td.thr->name, prof_td.name, sizeof(prof_td.name));
+      mtx_unlock(&prof_lock);
+      tsd->reentrant = saved;
+    }
   }
   return 0;
 }

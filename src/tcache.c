@@ -492,6 +492,7 @@ void tcache_thread_exit(void *arg) {
   tcache_t *tc = arg;
   tsd_t *tsd = &strata_tsd;
   ureserve_thread_exit(tsd);
+  if (unlikely(prof_on)) prof_thread_exit(tsd); /* its record in heap profiles */
   if (tc == &tcache_empty) { /* uncached (bound to a user arena, or a reserve): only unbind */
     arena_unbind(tsd->arena);
     tsd->arena = NULL;
