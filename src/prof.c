@@ -14,11 +14,13 @@
  * stash (releasing every reservation, so credit is exactly the bytes left), and if the
  * allocation still does not fit it is the sampled one:
  * the same decision as jemalloc's countdown, exact, with exponential intervals. Flushes
- * are not told: credit is a lower bound (threshold - thread.allocated - cached bytes),
- * recomputed from the caches' counts whenever it looks short.
- * A fast free would let a popped block be pushed and popped again without a reservation
- * (a malloc/free ping-pong has no slow path at all), so with prof:true every free takes
- * the slow path: the caches' align masks are all ones. prof:false changes nothing.
+ * are told (GC flushes return their reservations): credit is exact but after whole-cache
+ * flushes, and is recomputed from the caches' counts at the sampling decision.
+ * Frees stay on the fast path: a small class's slabs carry class ind + TBIN_PROF_OFF in
+ * the rtree, so the free fast path pushes onto that class's stash bin, which the malloc
+ * fast path never pops; fills take from it. A sampled small block's granule carries class
+ * 0 while the block lives, so its free (and its neighbours') takes the slow path, which
+ * finds it in the live set (gran_poison / gran_restore). prof:false changes nothing.
  * Sampled small blocks stay in their slab; the slab's edata counts them (prof_nsampled),
  * so a free looks in the live set only when its extent holds a sampled block.
  * Lock order: prof_dump_lock, then prof_lock, then meta_lock. prof_lock is held only with
