@@ -127,18 +127,19 @@ typedef struct {
  * run's slab is a multiple of the size within the slab's used bytes. Power-of-two
  * classes skip the multiple test (check_start false): free() checked the alignment,
  * which proves it. Specialised for both, so the per-region loop has no test of it. */
-/* A slab granule whose rtree class is 0 under prof:true holds a sampled block (prof.c):
- * its other regions are cached as any other. */
-static NOINLINE bool flush_poisoned_ok(uint64_t e, szind_t ind) {
+/* Heap profiling (prof.c): a slab's granules carry class ind + TBIN_PROF_OFF, or 0 where
+ * a sampled block starts (its other regions are cached as any other). Out of line, so the
+ * scan's code does not change with prof:false. */
+static NOINLINE bool flush_prof_class_ok(uint64_t e, szind_t ind) {
   edata_t *ed = rt_edata(e);
-  return prof_on && (e & RT_SLAB) && rt_szind(e) == 0 && ed != NULL && ed->szind == ind &&
-         !arena_ind_is_user(ed->arena_ind);
+  if (!prof_on || !(e & RT_SLAB) || ed == NULL) return false;
+  if (rt_szind(e) == ind + TBIN_PROF_OFF) return true;
+  return rt_szind(e) == 0 && ed->szind == ind && !arena_ind_is_user(ed->arena_ind);
 }
 
 static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, uint32_t n, szind_t ind,
                                                                       slab_run_t *runs, unsigned own,
                                                                       const bool check_start) {
-  const unsigned rc = ind + (unlikely(prof_on) ? TBIN_PROF_OFF : 0); /* the slabs' rtree class */
   const bin_info_t *bi = &bin_info[ind];
   const uint64_t magic = bi->div_magic, size = bi->size, used = (uint64_t)bi->nregs * bi->size;
   const uintptr_t key = tcache_key;
@@ -149,7 +150,7 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
     uint64_t diff = (uintptr_t)p - lo;
     if (unlikely(diff >= used)) {
       uint64_t e = rtree_read((uintptr_t)p);
-      if (unlikely(!(e & RT_SLAB) || rt_szind(e) != rc) && !flush_poisoned_ok(e, ind)) strata_invalid_free("free", p);
+      if (unlikely(!(e & RT_SLAB) || rt_szind(e) != ind) && !flush_prof_class_ok(e, ind)) strata_invalid_free("free", p);
       if (sc.nruns) runs[sc.nruns - 1].len = len;
       edata_t *slab = rt_edata(e);
       runs[sc.nruns++] = (slab_run_t){slab, p, 0};
@@ -240,6 +241,14 @@ static inline bool tcache_over_cap(void) {
   return opt.tcache_total_max && __atomic_load_n(&tcache_total, __ATOMIC_RELAXED) > opt.tcache_total_max;
 }
 
+/* The GC's flush of an idle bin: half of it, or all over the global cap. With prof:true
+ * the flushed blocks' reservations return to the thread's credit (prof.c). */
+static NOINLINE void tcache_gc_flush(tcache_t *tc, szind_t g, bool over) {
+  uint32_t c = tbin_count(&tc->bins[g], g), keep = over ? 0 : c / 2;
+  tcache_flush_bin(tc, g, keep);
+  if (unlikely(prof_on)) prof_credit_return((size_t)(c - keep) * sz_size[g]);
+}
+
 static void tcache_event(tcache_t *tc, szind_t ind) {
   tc->events[ind] = 1;
   tcache_publish(tc, ind);
@@ -255,12 +264,7 @@ static void tcache_event(tcache_t *tc, szind_t ind) {
   /* A bin with no fill or flush since the last visit was not under pressure: give half
    * of what it holds back, so a class the thread stopped using drains over time. */
   if (g != ind && (over || !tc->events[g])) {
-    uint32_t c = tbin_count(&tc->bins[g], g);
-    if (c > 0) {
-      uint32_t keep = over ? 0 : c / 2;
-      tcache_flush_bin(tc, g, keep);
-      if (unlikely(prof_on)) prof_credit_return((size_t)(c - keep) * sz_size[g]); /* reserved bytes */
-    }
+    if (tbin_count(&tc->bins[g], g) > 0) tcache_gc_flush(tc, g, over);
     if (tc->fill[g] > tbin_fill_init[g])
       tc->fill[g] = (uint16_t)(over || tc->fill[g] / 2 < tbin_fill_init[g] ? tbin_fill_init[g] : tc->fill[g] / 2);
   }
