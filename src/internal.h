@@ -666,7 +666,8 @@ HIDDEN void bg_postfork_child(void);
 /* ------------------------------------------------------------------ prof.c, prof_dump.c */
 /*
  * Heap profiling. With opt.prof (fixed at start) every byte a thread can pop from its
- * cache is reserved against the bytes left before its next sample, so the fast malloc
+ * cache is reserved against its class's countdown to the next sample (one exponential
+ * countdown per class: together a Poisson process over all bytes), so the fast malloc
  * path needs no counter; frees stay on the fast path but land in per-class stash bins
  * the malloc fast path cannot pop (the slabs' rtree class is ind + TBIN_PROF_OFF), and a
  * sampled small block's granule carries class 0 so that its free takes the slow path;
@@ -693,11 +694,11 @@ HIDDEN void prof_boot(void);      /* in strata_init, before tcache_boot */
 HIDDEN void prof_boot_late(void); /* after strata is ready: atexit, signal handler */
 HIDDEN void prof_take(size_t usize); /* an allocation not served from reserved cache bytes */
 HIDDEN unsigned prof_fill_limit(szind_t ind, unsigned want); /* takes the first; reserves the rest */
-HIDDEN void prof_credit_return(size_t bytes);   /* reserved bytes not used after all */
+HIDDEN void prof_credit_return(szind_t ind, size_t bytes); /* reserved bytes of class ind not popped */
 HIDDEN extern bool prof_want_thread;            /* the dump thread is to be created */
 HIDDEN void prof_free_hook(void);               /* a free's slow path, outside strata: may malloc */
 /* tcache.c, for the profiler: small frees go to the stash bins, large ones to a per-class
- * stash (prof_stash_t); fills take from them; unreserve moves every cached block back. */
+ * stash (prof_stash_t); fills take from them. */
 HIDDEN void tcache_prof_stash_small(tcache_t *tc, szind_t ind, void *p); /* reentrant held */
 typedef struct {
   void *head[TCACHE_NBINS_MAX];
@@ -714,7 +715,6 @@ static inline bool tcache_prof_stash_push(tcache_t *tc, szind_t ind, void *p) { 
   s->n[ind]++;
   return true;
 }
-HIDDEN uint64_t tcache_prof_unreserve(tcache_t *tc); /* bytes whose reservation ended */
 HIDDEN void prof_after(tsd_t *tsd, void *p, size_t usize); /* records p if prof_take chose it */
 HIDDEN bool prof_free_sampled(tsd_t *tsd, void *p, edata_t *ed); /* true: leak p (re-entered) */
 static inline bool prof_is_sampled(const edata_t *ed) {

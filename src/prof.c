@@ -5,17 +5,15 @@
  *
  * Sampling without a fast-path counter. jemalloc counts bytes down on every allocation;
  * strata's malloc fast path has no counter to spare (thread.allocated is derived from the
- * caches' nmalloc counts). Instead each thread holds `credit`: bytes that may still be
- * allocated, or made poppable from its cache, before its next sample. Frees go to a
- * per-bin stash the fast path cannot pop (tcache.c); a fill takes from it (else from the
- * arena) and reserves the bytes of the blocks it puts in the bin's list, and an
- * allocation not served from reserved blocks spends its own bytes (prof_take). Pops need
- * no check: they spend reserved bytes. When credit runs out the bins' lists move to the
- * stash (releasing every reservation, so credit is exactly the bytes left), and if the
- * allocation still does not fit it is the sampled one:
- * the same decision as jemalloc's countdown, exact, with exponential intervals. Flushes
- * are told (GC flushes return their reservations): credit is exact but after whole-cache
- * flushes, and is recomputed from the caches' counts at the sampling decision.
+ * caches' nmalloc counts). Instead each thread keeps one exponential countdown per cached
+ * class (and one for every other allocation): a fill spends the bytes of the blocks it
+ * puts in the bin's list (it reserves them), stopping before the block that would hold
+ * the class's sampling point, so that block is the first of the next fill and is the
+ * sampled one; pops need no check. Independent Poisson processes over disjoint byte
+ * streams add up to one over all bytes with the same rate, so each block of size s is
+ * still sampled with probability 1 - exp(-s/rate), as with jemalloc's single countdown;
+ * and no class's reservation waits on another's. Reserved blocks flushed unpopped (GC,
+ * tcache.flush) give their bytes back to their class's countdown.
  * Frees stay on the fast path: a small class's slabs carry class ind + TBIN_PROF_OFF in
  * the rtree, so the free fast path pushes onto that class's stash bin, which the malloc
  * fast path never pops; fills take from it. A sampled small block's granule carries class
@@ -73,9 +71,11 @@ static prof_thr_t *thr_all;
 static uint64_t thr_uid_next;
 
 typedef struct {
-  int64_t credit;        /* lower bound of threshold - thread.allocated - cached bytes */
-  uint64_t threshold;    /* thread.allocated at which the next sample happens */
-  uint64_t interval;     /* length of the current sampling interval (for lg_prof_interval) */
+  /* Bytes left before the next sample, one countdown per cached class (index 0: every
+   * allocation not served through a cache bin), and the length each was drawn with (for
+   * lg_prof_interval). 0: not drawn yet. */
+  int64_t cd[TCACHE_NBINS_MAX];
+  uint64_t cdlen[TCACHE_NBINS_MAX];
   uint64_t rng;
   bool init, active, pending, busy;
   char name[PROF_THR_NAME]; /* thread.prof.name */
@@ -146,38 +146,13 @@ uint64_t prof_exp_draw(uint64_t *rng, uint64_t mean) {
 
 static uint64_t draw_interval(prof_tdata_t *td) { return prof_exp_draw(&td->rng, sample_mean()); }
 
-/* thread.allocated: the slow paths' count plus the caches' fast-path pops. */
-static uint64_t thread_allocated(void) {
-  uint64_t al, de;
-  tcache_counts(&strata_tsd, &al, &de);
-  return al;
-}
-
-/* Bytes the thread's cache can hand out without a slow path. */
-static uint64_t cached_bytes(void) {
-  tsd_t *tsd = &strata_tsd;
-  if (tsd->state != TSD_ACTIVE) return 0;
-  uint64_t c = 0;
-  for (szind_t i = 1; i < tcache_nbins; i++) c += (uint64_t)tbin_count(&tsd->tcache->bins[i], i) * sz_size[i];
-  return c;
-}
-
-/* credit is kept as a lower bound: a flush (which only raises the true value) is not
- * told; when credit looks short it is recomputed exactly. */
-static void credit_rescan(prof_tdata_t *td) {
-  td->credit = (int64_t)(td->threshold - thread_allocated() - cached_bytes());
-}
-
 static void td_init(prof_tdata_t *td) {
   uint64_t seed = 0;
   if (syscall(SYS_getrandom, &seed, sizeof(seed), 0) != (long)sizeof(seed)) seed = (uintptr_t)td;
   seed ^= (uint64_t)os_gettid() * 0x9e3779b97f4a7c15ULL;
   td->rng = seed ? seed : 1;
   td->active = prof_opt.thread_active_init;
-  td->interval = draw_interval(td);
-  td->threshold = thread_allocated() + td->interval;
   td->init = true;
-  credit_rescan(td);
 }
 
 static void interval_note(uint64_t bytes) {
@@ -205,53 +180,41 @@ void prof_free_hook(void) { /* called from idalloc, outside strata: may malloc *
   if (__atomic_exchange_n(&prof_want_thread, false, __ATOMIC_ACQ_REL)) dump_thread_start();
 }
 
-void prof_credit_return(size_t bytes) { prof_td.credit += (int64_t)bytes; }
+void prof_credit_return(szind_t ind, size_t bytes) { prof_td.cd[ind] += (int64_t)bytes; }
 
-void prof_take(size_t usize) {
-  prof_tdata_t *td = &prof_td;
+/* Countdown k spends usize bytes; true when this allocation holds the sampling point
+ * (jemalloc's decision: the countdown reaches zero within its bytes), after which a new
+ * exponential interval starts at its end. */
+static bool cd_take(prof_tdata_t *td, unsigned k, size_t usize) {
   if (unlikely(!td->init)) td_init(td);
-  if (likely(td->credit >= (int64_t)usize)) {
-    td->credit -= (int64_t)usize;
-    return;
+  int64_t *c = &td->cd[k];
+  if (unlikely(*c <= 0)) *c = (int64_t)(td->cdlen[k] = draw_interval(td));
+  if (likely(*c > (int64_t)usize)) {
+    *c -= (int64_t)usize;
+    return false;
   }
-  /* credit is kept exactly (reservations, their returns, GC flushes) but for caches
-   * flushed whole (thread.tcache.enabled, tcache.flush, exit): a lower bound. Release
-   * every reservation (the cached blocks move to unpoppable lists, O(1) per class);
-   * then, if that is still short, recompute it from the caches' counts (exact). This
-   * allocation is not in thread.allocated yet: its caller adds it after. */
-  tsd_t *tsd = &strata_tsd;
-  if (tsd->state == TSD_ACTIVE) td->credit += (int64_t)tcache_prof_unreserve(tsd->tcache);
-  if (td->credit >= (int64_t)usize) {
-    td->credit -= (int64_t)usize;
-    return;
-  }
-  credit_rescan(td);
-  if (td->credit >= (int64_t)usize) {
-    td->credit -= (int64_t)usize;
-    return;
-  }
-  /* This allocation crosses the sampling point; the next one is an exponential draw
-   * after it. */
-  interval_note(td->interval);
-  td->interval = draw_interval(td);
-  td->threshold = thread_allocated() + usize + td->interval;
-  td->credit = (int64_t)td->interval;
+  interval_note(td->cdlen[k]);
+  *c = (int64_t)(td->cdlen[k] = draw_interval(td));
   td->pending = !td->busy && td->active && __atomic_load_n(&prof_active_now, __ATOMIC_RELAXED);
+  return true;
 }
+
+void prof_take(size_t usize) { cd_take(&prof_td, 0, usize); }
 
 unsigned prof_fill_limit(szind_t ind, unsigned want) {
+  prof_tdata_t *td = &prof_td;
   size_t s = sz_size[ind];
-  prof_take(s);
-  if (prof_td.pending || want <= 1) return 1;
-  /* An eighth of the credit at most: other classes' fills near the sampling point find some
-   * left, so the reservation moves back to the stash about once per interval. */
-  uint64_t c8 = (uint64_t)prof_td.credit / 8; /* / s by the class's magic (exact enough below 2^32) */
-  uint64_t room = c8 < ((uint64_t)1 << 32) ? (c8 * bin_info[ind].div_magic) >> 32 : want;
+  cd_take(td, ind, s);
+  if (td->pending || want <= 1) return 1;
+  /* Reserve the blocks that end before the class's sampling point: the next fill's first
+   * block is the sampled one. (c - 1) / s by the class's magic, corrected. */
+  uint64_t c1 = (uint64_t)(td->cd[ind] - 1);
+  uint64_t room = c1 < ((uint64_t)1 << 32) ? (c1 * bin_info[ind].div_magic) >> 32 : want;
+  if (room < want && room * s > c1) room--;
   unsigned extra = room < want - 1 ? (unsigned)room : want - 1;
-  prof_td.credit -= (int64_t)(extra * s);
+  td->cd[ind] -= (int64_t)(extra * s);
   return 1 + extra;
 }
-
 
 /* ---------------------------------------------------------------- tables (prof_lock held) */
 static uint64_t hash_frames(const uintptr_t *f, unsigned n) {

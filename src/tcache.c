@@ -242,11 +242,11 @@ static inline bool tcache_over_cap(void) {
 }
 
 /* The GC's flush of an idle bin: half of it, or all over the global cap. With prof:true
- * the flushed blocks' reservations return to the thread's credit (prof.c). */
+ * the flushed blocks' reservations return to the class's countdown (prof.c). */
 static NOINLINE void tcache_gc_flush(tcache_t *tc, szind_t g, bool over) {
   uint32_t c = tbin_count(&tc->bins[g], g), keep = over ? 0 : c / 2;
   tcache_flush_bin(tc, g, keep);
-  if (unlikely(prof_on)) prof_credit_return((size_t)(c - keep) * sz_size[g]);
+  if (unlikely(prof_on)) prof_credit_return(g, (size_t)(c - keep) * sz_size[g]);
 }
 
 static void tcache_event(tcache_t *tc, szind_t ind) {
@@ -302,12 +302,11 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
 /* ---------------------------------------------------------------- heap profiling */
 /*
  * With prof:true (prof.c) the malloc fast path pops only blocks whose bytes are reserved
- * against the thread's next sample. Frees of small blocks go (fast or slow) to the class's
- * stash bin, bins[ind + TBIN_PROF_OFF], which the malloc fast path never pops: the slabs'
- * rtree class points the free fast path there. Fills take from the stash first (no arena
- * trip, the whole list in O(1) when it fits); when the reservation must be given back, the
- * bins' lists move to the stash. Large classes (always freed on the slow path) keep the
- * small prof_stash_t.
+ * against their class's countdown to its next sample. Frees of small blocks go (fast or
+ * slow) to the class's stash bin, bins[ind + TBIN_PROF_OFF], which the malloc fast path
+ * never pops: the slabs' rtree class points the free fast path there. Fills take from the
+ * stash first (no arena trip, the whole list in O(1) when it fits). Large classes (always
+ * freed on the slow path) keep the small prof_stash_t.
  */
 prof_stash_t *tcache_prof_stash(tcache_t *tc) {
   if (tc->prof_stash == NULL) tc->prof_stash = meta_alloc(sizeof(prof_stash_t));
@@ -367,42 +366,12 @@ void tcache_prof_stash_small(tcache_t *tc, szind_t ind, void *p) {
   sb->avail--;
 }
 
-/* Every cached (reserved) block becomes unpoppable: each small bin's list moves whole to
- * the class's list in prof_stash_t (O(1) when that is empty), which the next fill takes
- * first. Returns the bytes whose reservation ends. */
-uint64_t tcache_prof_unreserve(tcache_t *tc) {
-  prof_stash_t *s = tcache_prof_stash(tc);
-  uint64_t bytes = 0;
-  for (szind_t i = 1; i < tcache_nbins; i++) {
-    tbin_t *b = &tc->bins[i];
-    uint32_t n = tbin_count(b, i);
-    if (n == 0) continue;
-    bytes += (uint64_t)n * sz_size[i];
-    /* Large bins are never filled under prof:true; a full list (or no memory) goes to
-     * the arena. */
-    if (s == NULL || i > SZ_NSMALL || s->n[i] + n > tbin_max[i]) {
-      tcache_flush_bin(tc, i, 0);
-      continue;
-    }
-    if (s->n[i] != 0) {
-      void *last = b->head;
-      for (uint32_t k = 1; k < n; k++) last = link_next(last, i);
-      LINK_SET(last, s->head[i]);
-    }
-    s->head[i] = b->head;
-    s->n[i] += n;
-    b->head = NULL;
-    b->avail = tbin_max[i];
-  }
-  return bytes;
-}
-
 /* Everything in the stashes back to the arenas (tcache_flush_all: exit, trim, flush). */
 static void stash_drain(tcache_t *tc) {
   for (szind_t i = 1; i < tcache_nbins && i <= SZ_NSMALL; i++) stash_flush(tc, i, 0);
   prof_stash_t *s = tc->prof_stash;
   if (s == NULL) return;
-  for (szind_t i = 1; i < tcache_nbins; i++) {
+  for (szind_t i = SZ_NSMALL + 1; i < tcache_nbins; i++) {
     tbin_t *b = &tc->bins[i];
     void *head;
     unsigned got;
@@ -424,11 +393,14 @@ static NOINLINE void *alloc_hard_prof(tcache_t *tc, szind_t ind) {
   size_t usize = sz_size[ind];
   void *p = NULL;
   if (ind <= SZ_NSMALL) {
-    unsigned want = prof_fill_limit(ind, tbin_fill_max[ind]);
-    unsigned got = stash_take(tc->prof_stash, ind, want, &p); /* unreserved blocks first */
-    if (got == 0) got = stash_bin_take(tc, ind, want, &p);
+    /* The whole stash when the bin can hold it (taken without a walk), else a usual fill;
+     * fewer when the class's sampling point is near. */
+    uint32_t have = stash_count(&tc->bins[ind + TBIN_PROF_OFF], ind);
+    unsigned cap = have > tbin_fill_max[ind] ? (have < tbin_max[ind] ? have : tbin_max[ind]) : tbin_fill_max[ind];
+    unsigned want = prof_fill_limit(ind, cap);
+    unsigned got = stash_bin_take(tc, ind, want, &p);
     if (got == 0) got = bin_fill_list(tc->arena, ind, &p, want);
-    if (got < want) prof_credit_return((size_t)(want - (got ? got : 1)) * usize);
+    if (got < want) prof_credit_return(ind, (size_t)(want - (got ? got : 1)) * usize);
     if (got == 0) return NULL;
     b->head = link_next(p, ind);
     b->avail -= got - 1;
@@ -471,6 +443,8 @@ void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated)
 
 void tcache_flush_all(tcache_t *tc) {
   for (szind_t i = 1; i < tcache_nbins; i++) {
+    /* Heap profiling: reserved blocks never popped return to their class's countdown. */
+    if (unlikely(prof_on)) prof_credit_return(i, (size_t)tbin_count(&tc->bins[i], i) * sz_size[i]);
     tcache_flush_bin(tc, i, 0);
     tcache_publish(tc, i);
   }
