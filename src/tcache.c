@@ -70,7 +70,7 @@ void tcache_boot(void) {
 }
 
 /* Heap profiling: room of small class i's stash bin (bins[i + TBIN_PROF_OFF]). */
-static inline uint32_t stash_cap(szind_t i) { return 2 * tbin_max[i]; }
+static inline uint32_t stash_cap(szind_t i) { return tbin_max[i]; } /* ≤ the bin: taken whole */
 static inline uint32_t stash_count(const tbin_t *sb, szind_t i) { return stash_cap(i) - sb->avail; }
 
 /* Every bin empty, with its room and alignment check. */
