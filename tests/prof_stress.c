@@ -348,4 +348,25 @@ TEST(test_prof_xallocx_growth_is_sampled) {
   CHECK(objs == 0 && bytes == 0, "after the free: %lu objects, %lu bytes", objs, bytes);
 }
 
+/* Blocks popped from the thread cache are sampled at jemalloc's rate: each class keeps its
+ * own countdown and a fill stops before the block holding the sampling point, so a block
+ * of s bytes is sampled with probability 1 - e^(-s/1024) here. 20,000 blocks each of 512
+ * and 96 bytes, interleaved: 7,869 (sd 69) and 1,790 (sd 40) samples expected. A fill
+ * reserving one block too many (or a pop not reserved) moves these by hundreds. */
+TEST(test_prof_cached_classes_sample_at_the_rate) {
+  enum { N = 20000 };
+  static void *b[2 * N];
+  unsigned long objs, bytes;
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0, "%lu samples live before the test", objs);
+  for (int i = 0; i < 2 * N; i++) b[i] = malloc(i % 2 ? 96 : 512);
+  dump_totals(&objs, &bytes);
+  long n512 = ((long)bytes - 96 * (long)objs) / 416, n96 = (long)objs - n512;
+  CHECK(n512 > 7869 - 5 * 69 && n512 < 7869 + 5 * 69, "%ld samples of 20,000 512-byte blocks (expected 7,869)", n512);
+  CHECK(n96 > 1790 - 5 * 40 && n96 < 1790 + 5 * 40, "%ld samples of 20,000 96-byte blocks (expected 1,790)", n96);
+  for (int i = 0; i < 2 * N; i++) free(b[i]);
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
+}
+
 int main(int argc, char **argv) { return check_main(argc, argv); }
