@@ -235,6 +235,10 @@ static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind,
       tsd->deallocated += sz_size[ind];
       return;
     }
+  } else if (ind < tcache_nbins && use_tcache && !tsd->reentrant && !tsd->in_hook && tsd->state == TSD_NOMINAL) {
+    /* A thread whose first call is a free gets its cache now (its later frees take the
+     * fast path); this block goes to its arena, as in idalloc_body. */
+    (void)tcache_get_slow(tsd);
   }
   idalloc_body(tsd, p, ed, ind, false); /* to the arena */
 }
