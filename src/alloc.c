@@ -145,8 +145,9 @@ static inline szind_t owned_szind(const void *p, edata_t **edp) {
   *edp = ed;
   if (ed == NULL) return 0;
   if (e & RT_SLAB) {
-    szind_t ind = rt_szind(e);
-    if (unlikely(ind == 0)) ind = ed->szind; /* a user arena's slab: class 0 keeps it uncached */
+    /* The rtree class may be 0 (a user arena's slab; a granule holding a sampled block) or
+     * ind + TBIN_PROF_OFF (prof:true): the slab's own is the one. */
+    szind_t ind = ed->szind;
     uint64_t diff = (uintptr_t)p - ed->addr, regind = (diff * bin_info[ind].div_magic) >> 32;
     return regind * bin_info[ind].size == diff ? ind : 0; /* a region's start, exactly */
   }
@@ -213,21 +214,33 @@ static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void 
 
 /* Heap profiling: a sampled block leaves the live set (re-entered from a signal handler,
  * the block is kept, leaked, so the set never names freed memory); a cacheable block goes
- * to the stash, which the fast path cannot pop (prof.c). Out of line, so that idalloc's
- * code does not change with prof:false. */
+ * to its class's stash, which the malloc fast path cannot pop (prof.c). Reached by the
+ * frees the fast path leaves: a sampled block's granule, a full stash bin, large blocks,
+ * sized frees. Out of line, so that idalloc's code does not change with prof:false. */
 static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
   if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("free", p);
-  if (unlikely(prof_is_sampled(ed)) && prof_free_sampled(tsd, p, ed)) return;
+  if (unlikely(prof_maybe_sampled(p, ed, ind)) && prof_free_sampled(tsd, p, ed)) return;
   if (unlikely(prof_want_thread)) prof_free_hook();
   /* Where idalloc's cache path would push, the block goes to the stash (tcache.c). */
-  if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant && tsd->state == TSD_ACTIVE)) {
+  if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant && !tsd->in_hook && tsd->state == TSD_ACTIVE &&
+             !arena_ind_is_user(ed->arena_ind) && ed->arena_ind != GUARD_ARENA)) {
+    if (ind <= SZ_NSMALL) {
+      tsd->reentrant = 1;
+      tcache_prof_stash_small(tsd->tcache, ind, p);
+      tsd->reentrant = 0;
+      tsd->deallocated += sz_size[ind];
+      return;
+    }
     if (likely(tcache_prof_stash_push(tsd->tcache, ind, p))) {
       tsd->deallocated += sz_size[ind];
       return;
     }
-    use_tcache = false; /* stash full: to the arena */
+  } else if (ind < tcache_nbins && use_tcache && !tsd->reentrant && !tsd->in_hook && tsd->state == TSD_NOMINAL) {
+    /* A thread whose first call is a free gets its cache now (its later frees take the
+     * fast path); this block goes to its arena, as in idalloc_body. */
+    (void)tcache_get_slow(tsd);
   }
-  idalloc_body(tsd, p, ed, ind, use_tcache);
+  idalloc_body(tsd, p, ed, ind, false); /* to the arena */
 }
 
 static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
@@ -594,6 +607,9 @@ static void *mallocx_impl(tsd_t *tsd, size_t size, int flags) {
     alloc_fill(p, usize, FLAG_ZERO(flags) || opt.zero);
     return p;
   }
+  /* Heap profiling: an explicit cache's blocks are not reserved against the thread's next
+   * sample, so with prof:true MALLOCX_TCACHE(tc) uses the thread's cache (as dallocx). */
+  if (unlikely(prof_on)) tc = NULL;
   if (tc != NULL && ar == NULL && align <= os_page) { /* MALLOCX_ARENA always bypasses caches */
     size_t usize = align > 8 ? sz_sa2u(size, align) : size;
     szind_t ind = usize ? sz_size2index(usize) : 0;
@@ -645,6 +661,17 @@ EXPORT void *strata_rallocx(void *p, size_t size, int flags) {
   return irealloc(tsd, p, size, flag_align(flags), FLAG_ZERO(flags), FLAG_TCACHE(flags) != 1, ar, "rallocx");
 }
 
+/* Heap profiling: a block resized in place counts as a new allocation of its new size,
+ * as realloc's copy would (jemalloc's prof_realloc): a sample of the old size leaves the
+ * live set, and the new size may be sampled. */
+static NOINLINE void xallocx_prof(tsd_t *tsd, void *p, edata_t *ed, size_t usize) {
+  if (prof_is_sampled(ed) && prof_free_sampled(tsd, p, ed)) return;
+  tsd->reentrant = 1;
+  prof_take(usize);
+  prof_after(tsd, p, usize);
+  tsd->reentrant = 0;
+}
+
 EXPORT size_t strata_xallocx(void *p, size_t size, size_t extra, int flags) {
   tsd_t *tsd = tsd_fetch();
   szind_t old_ind;
@@ -668,6 +695,7 @@ EXPORT size_t strata_xallocx(void *p, size_t size, size_t extra, int flags) {
   }
   tsd->reentrant = 0;
   if (got != old_usize) {
+    if (unlikely(prof_on)) xallocx_prof(tsd, p, ed, got);
     tsd->allocated += got;
     tsd->deallocated += old_usize;
     if (FLAG_ZERO(flags) && got > old_usize) memset((char *)p + old_usize, 0, got - old_usize);
@@ -682,7 +710,7 @@ EXPORT size_t strata_sallocx(const void *p, int flags) {
 
 EXPORT void strata_dallocx(void *p, int flags) {
   tcache_t *tc = flag_tcache(flags, "dallocx");
-  if (tc != NULL) {
+  if (tc != NULL && !prof_on) { /* prof:true: the thread's cache, as mallocx */
     if (p != NULL) {
       int saved = errno;
       idalloc_tc(&strata_tsd, p, tc);

@@ -176,6 +176,7 @@ void bg_wake(arena_t *a) {
 
 void bg_create_wanted(void) {
   if (!__atomic_exchange_n(&bg_create_pending, false, __ATOMIC_ACQ_REL)) return;
+  if (unlikely(prof_want_thread)) prof_free_hook(); /* the heap profiler's dump thread (prof.c) */
   /* Busy: another thread is creating, toggling or forking (or pthread_create called
    * malloc from inside this function): try again at a later slow path. */
   if (pthread_mutex_trylock(&bg_lock.m) != 0) {

@@ -448,9 +448,14 @@ typedef struct {
 HIDDEN extern uint32_t tbin_max[];
 static inline uint32_t tbin_count(const tbin_t *b, unsigned ind) { return tbin_max[ind] - b->avail; }
 #define TCACHE_NBINS_MAX 74 /* classes 1..73: up to 8 MiB, jemalloc's tcache_max limit */
+/* Heap profiling (prof:true): small class i's slab granules carry class i + TBIN_PROF_OFF
+ * in the rtree, so the free fast path pushes onto bins[i + TBIN_PROF_OFF], a *stash* the
+ * malloc fast path never pops (prof.c); with prof:false those bins stay unused. */
+#define TBIN_PROF_OFF (TCACHE_NBINS_MAX - 1)
+#define TCACHE_BINS_ALL (TCACHE_NBINS_MAX + SZ_NSMALL)
 typedef struct tcache_s tcache_t;
 struct tcache_s {
-  tbin_t bins[TCACHE_NBINS_MAX];
+  tbin_t bins[TCACHE_BINS_ALL];
   arena_t *arena;
   tcache_t *next, *prev;         /* registry, for fork and stats */
   uint32_t gc_ticks, gc_bin;
@@ -707,12 +712,21 @@ HIDDEN void bg_postfork_child(void);
 
 /* ------------------------------------------------------------------ prof.c, prof_dump.c */
 /*
- * Heap profiling. With opt.prof (fixed at start) every free takes the slow path (the
- * caches' align masks are all ones) and every byte a thread can pop from its cache is
- * reserved against the bytes left before its next sample, so the fast malloc path needs
- * no counter; see prof.c. With prof:false nothing here runs.
+ * Heap profiling. With opt.prof (fixed at start) every byte a thread can pop from its
+ * cache is reserved against its class's countdown to the next sample (one exponential
+ * countdown per class: together a Poisson process over all bytes), so the fast malloc
+ * path needs no counter; frees stay on the fast path but land in per-class stash bins
+ * the malloc fast path cannot pop (the slabs' rtree class is ind + TBIN_PROF_OFF), and a
+ * sampled small block's granule carries class 0 so that its free takes the slow path;
+ * see prof.c. With prof:false nothing here runs.
  */
 enum { PROF_FMT_JEMALLOC = 1, PROF_FMT_PPROF = 2 };
+#define PROF_THR_NAME 64 /* thread.prof.name, NUL included */
+typedef struct prof_thr_s prof_thr_t;
+typedef struct { /* a thread's line in heap_v2 dumps, copied under prof_lock */
+  uint64_t uid, cur_objs, cur_bytes, acc_objs, acc_bytes;
+  char name[PROF_THR_NAME];
+} prof_thr_snap_t;
 typedef struct {
   bool prof, active, thread_active_init, gdump, final, leak, accum;
   unsigned lg_sample;   /* 0..62 */
@@ -727,11 +741,12 @@ HIDDEN void prof_boot(void);      /* in strata_init, before tcache_boot */
 HIDDEN void prof_boot_late(void); /* after strata is ready: atexit, signal handler */
 HIDDEN void prof_take(size_t usize); /* an allocation not served from reserved cache bytes */
 HIDDEN unsigned prof_fill_limit(szind_t ind, unsigned want); /* takes the first; reserves the rest */
-HIDDEN void prof_credit_return(size_t bytes);   /* reserved bytes not used after all */
+HIDDEN void prof_credit_return(szind_t ind, size_t bytes); /* reserved bytes of class ind not popped */
 HIDDEN extern bool prof_want_thread;            /* the dump thread is to be created */
 HIDDEN void prof_free_hook(void);               /* a free's slow path, outside strata: may malloc */
-/* tcache.c, for the profiler: frees go to a per-bin stash the fast path cannot pop; fills
- * take from it; unreserve moves every cached block back to it. */
+/* tcache.c, for the profiler: small frees go to the stash bins, large ones to a per-class
+ * stash (prof_stash_t); fills take from them. */
+HIDDEN void tcache_prof_stash_small(tcache_t *tc, szind_t ind, void *p); /* reentrant held */
 typedef struct {
   void *head[TCACHE_NBINS_MAX];
   uint32_t n[TCACHE_NBINS_MAX];
@@ -747,11 +762,16 @@ static inline bool tcache_prof_stash_push(tcache_t *tc, szind_t ind, void *p) { 
   s->n[ind]++;
   return true;
 }
-HIDDEN void tcache_prof_unreserve(tcache_t *tc);
 HIDDEN void prof_after(tsd_t *tsd, void *p, size_t usize); /* records p if prof_take chose it */
 HIDDEN bool prof_free_sampled(tsd_t *tsd, void *p, edata_t *ed); /* true: leak p (re-entered) */
 static inline bool prof_is_sampled(const edata_t *ed) {
   return __atomic_load_n(&ed->prof_nsampled, __ATOMIC_RELAXED) != 0;
+}
+/* Whether p (class ind, extent ed) may be a sampled block: a small one only in a granule
+ * whose rtree class is 0 (prof.c sets it while a sampled block starts there). */
+static inline bool prof_maybe_sampled(const void *p, const edata_t *ed, szind_t ind) {
+  if (!prof_is_sampled(ed)) return false;
+  return ind > SZ_NSMALL || rt_szind(rtree_read((uintptr_t)p)) == 0;
 }
 HIDDEN void prof_prefork(void);
 HIDDEN void prof_postfork(bool child);
@@ -780,7 +800,10 @@ HIDDEN extern mtx_t prof_dump_lock;
 HIDDEN uint64_t prof_exp_draw(uint64_t *rng, uint64_t mean); /* for the unit tests too */
 HIDDEN prof_stack_t *prof_stack_intern(const uintptr_t *frames, unsigned n); /* prof_lock held */
 HIDDEN prof_snap_t *prof_snapshot(size_t *n, size_t *map_bytes); /* os_map'ed; os_unmap(map_bytes) */
-HIDDEN bool prof_dump_heap_v2(const char *path, const prof_snap_t *s, size_t n, uint64_t period);
+HIDDEN bool prof_dump_heap_v2(const char *path, const prof_snap_t *s, size_t n, const prof_thr_snap_t *t, size_t nt,
+                              uint64_t period);
+HIDDEN prof_thr_snap_t *prof_thr_snapshot(size_t *n, size_t *map_bytes); /* os_map'ed */
+HIDDEN void prof_thread_exit(tsd_t *tsd); /* tcache.c's thread destructor */
 HIDDEN bool prof_dump_pprof(const char *path, const prof_snap_t *s, size_t n, uint64_t period);
 HIDDEN void prof_leak_report(const prof_snap_t *s, size_t n, uint64_t period);
 

@@ -5,20 +5,20 @@
  *
  * Sampling without a fast-path counter. jemalloc counts bytes down on every allocation;
  * strata's malloc fast path has no counter to spare (thread.allocated is derived from the
- * caches' nmalloc counts). Instead each thread holds `credit`: bytes that may still be
- * allocated, or made poppable from its cache, before its next sample. Frees go to a
- * per-bin stash the fast path cannot pop (tcache.c); a fill takes from it (else from the
- * arena) and reserves the bytes of the blocks it puts in the bin's list, and an
- * allocation not served from reserved blocks spends its own bytes (prof_take). Pops need
- * no check: they spend reserved bytes. When credit runs out the bins' lists move to the
- * stash (releasing every reservation, so credit is exactly the bytes left), and if the
- * allocation still does not fit it is the sampled one:
- * the same decision as jemalloc's countdown, exact, with exponential intervals. Flushes
- * are not told: credit is a lower bound (threshold - thread.allocated - cached bytes),
- * recomputed from the caches' counts whenever it looks short.
- * A fast free would let a popped block be pushed and popped again without a reservation
- * (a malloc/free ping-pong has no slow path at all), so with prof:true every free takes
- * the slow path: the caches' align masks are all ones. prof:false changes nothing.
+ * caches' nmalloc counts). Instead each thread keeps one exponential countdown per cached
+ * class (and one for every other allocation): a fill spends the bytes of the blocks it
+ * puts in the bin's list (it reserves them), stopping before the block that would hold
+ * the class's sampling point, so that block is the first of the next fill and is the
+ * sampled one; pops need no check. Independent Poisson processes over disjoint byte
+ * streams add up to one over all bytes with the same rate, so each block of size s is
+ * still sampled with probability 1 - exp(-s/rate), as with jemalloc's single countdown;
+ * and no class's reservation waits on another's. Reserved blocks flushed unpopped (GC,
+ * tcache.flush) give their bytes back to their class's countdown.
+ * Frees stay on the fast path: a small class's slabs carry class ind + TBIN_PROF_OFF in
+ * the rtree, so the free fast path pushes onto that class's stash bin, which the malloc
+ * fast path never pops; fills take from it. A sampled small block's granule carries class
+ * 0 while the block lives, so its free (and its neighbours') takes the slow path, which
+ * finds it in the live set (gran_poison / gran_restore). prof:false changes nothing.
  * Sampled small blocks stay in their slab; the slab's edata counts them (prof_nsampled),
  * so a free looks in the live set only when its extent holds a sampled block.
  * Lock order: prof_dump_lock, then prof_lock, then meta_lock. prof_lock is held only with
@@ -56,13 +56,30 @@ bool prof_on;
 /* Stack table: chained hash, 64K heads (512 KiB of untouched-until-used metadata). */
 #define STACK_LG_HEADS 16
 
+/* Per-thread records for heap_v2's "  t<uid>: ... [name]" lines: raw sample counts of the
+ * thread's live (and, with prof_accum, all) samples. Made at a thread's first sample, kept
+ * after it exits while its samples live (others free them), then reused with a new uid.
+ * Guarded by prof_lock; in strata's metadata. */
+struct prof_thr_s {
+  prof_thr_t *next;
+  uint64_t uid;
+  uint64_t cur_objs, cur_bytes, acc_objs, acc_bytes;
+  bool dead;
+  char name[PROF_THR_NAME];
+};
+static prof_thr_t *thr_all;
+static uint64_t thr_uid_next;
+
 typedef struct {
-  int64_t credit;        /* lower bound of threshold - thread.allocated - cached bytes */
-  uint64_t threshold;    /* thread.allocated at which the next sample happens */
-  uint64_t interval;     /* length of the current sampling interval (for lg_prof_interval) */
+  /* Bytes left before the next sample, one countdown per cached class (index 0: every
+   * allocation not served through a cache bin), and the length each was drawn with (for
+   * lg_prof_interval). 0: not drawn yet. */
+  int64_t cd[TCACHE_NBINS_MAX];
+  uint64_t cdlen[TCACHE_NBINS_MAX];
   uint64_t rng;
   bool init, active, pending, busy;
-  char name[64];         /* thread.prof.name */
+  char name[PROF_THR_NAME]; /* thread.prof.name */
+  prof_thr_t *thr;       /* this thread's record in dumps, made at its first sample */
 } prof_tdata_t;
 static __thread prof_tdata_t prof_td __attribute__((tls_model("initial-exec")));
 
@@ -83,6 +100,7 @@ typedef struct {
   size_t usize;
   double w;              /* 1 / P(sampled) at the rate of the sample */
   uint64_t gen;          /* prof.reset generation */
+  prof_thr_t *thr;       /* the allocating thread's record */
 } live_t;
 static live_t *live;
 static size_t live_cap, live_used, live_tomb;
@@ -128,38 +146,13 @@ uint64_t prof_exp_draw(uint64_t *rng, uint64_t mean) {
 
 static uint64_t draw_interval(prof_tdata_t *td) { return prof_exp_draw(&td->rng, sample_mean()); }
 
-/* thread.allocated: the slow paths' count plus the caches' fast-path pops. */
-static uint64_t thread_allocated(void) {
-  uint64_t al, de;
-  tcache_counts(&strata_tsd, &al, &de);
-  return al;
-}
-
-/* Bytes the thread's cache can hand out without a slow path. */
-static uint64_t cached_bytes(void) {
-  tsd_t *tsd = &strata_tsd;
-  if (tsd->state != TSD_ACTIVE) return 0;
-  uint64_t c = 0;
-  for (szind_t i = 1; i < tcache_nbins; i++) c += (uint64_t)tbin_count(&tsd->tcache->bins[i], i) * sz_size[i];
-  return c;
-}
-
-/* credit is kept as a lower bound: a flush (which only raises the true value) is not
- * told; when credit looks short it is recomputed exactly. */
-static void credit_rescan(prof_tdata_t *td) {
-  td->credit = (int64_t)(td->threshold - thread_allocated() - cached_bytes());
-}
-
 static void td_init(prof_tdata_t *td) {
   uint64_t seed = 0;
   if (syscall(SYS_getrandom, &seed, sizeof(seed), 0) != (long)sizeof(seed)) seed = (uintptr_t)td;
   seed ^= (uint64_t)os_gettid() * 0x9e3779b97f4a7c15ULL;
   td->rng = seed ? seed : 1;
   td->active = prof_opt.thread_active_init;
-  td->interval = draw_interval(td);
-  td->threshold = thread_allocated() + td->interval;
   td->init = true;
-  credit_rescan(td);
 }
 
 static void interval_note(uint64_t bytes) {
@@ -175,56 +168,53 @@ static void interval_note(uint64_t bytes) {
 
 bool prof_want_thread;
 
+/* The dump thread is created by the next slow path with no strata state in progress:
+ * the background threads' hook (bg_create_wanted), which malloc's and free's slow paths
+ * call when bg_create_pending is set (frees mostly stay on the fast path). */
+static void want_thread(void) {
+  __atomic_store_n(&prof_want_thread, true, __ATOMIC_RELEASE);
+  __atomic_store_n(&bg_create_pending, true, __ATOMIC_RELEASE);
+}
+
 void prof_free_hook(void) { /* called from idalloc, outside strata: may malloc */
   if (__atomic_exchange_n(&prof_want_thread, false, __ATOMIC_ACQ_REL)) dump_thread_start();
 }
 
-void prof_credit_return(size_t bytes) { prof_td.credit += (int64_t)bytes; }
+void prof_credit_return(szind_t ind, size_t bytes) { prof_td.cd[ind] += (int64_t)bytes; }
 
-void prof_take(size_t usize) {
-  prof_tdata_t *td = &prof_td;
+/* Countdown k spends usize bytes; true when this allocation holds the sampling point
+ * (jemalloc's decision: the countdown reaches zero within its bytes), after which a new
+ * exponential interval starts at its end. */
+static bool cd_take(prof_tdata_t *td, unsigned k, size_t usize) {
   if (unlikely(!td->init)) td_init(td);
-  if (likely(td->credit >= (int64_t)usize)) {
-    td->credit -= (int64_t)usize;
-    return;
+  int64_t *c = &td->cd[k];
+  if (unlikely(*c <= 0)) *c = (int64_t)(td->cdlen[k] = draw_interval(td));
+  if (likely(*c > (int64_t)usize)) {
+    *c -= (int64_t)usize;
+    return false;
   }
-  /* Exact: blocks flushed since the last look count again. (This allocation is not in
-   * thread.allocated yet: its caller adds it after.) */
-  credit_rescan(td);
-  if (td->credit >= (int64_t)usize) {
-    td->credit -= (int64_t)usize;
-    return;
-  }
-  /* Release every reservation (the cached blocks move to the stash): credit becomes
-   * exactly the bytes left in the interval. */
-  tsd_t *tsd = &strata_tsd;
-  if (tsd->state == TSD_ACTIVE) tcache_prof_unreserve(tsd->tcache);
-  credit_rescan(td);
-  if (td->credit >= (int64_t)usize) {
-    td->credit -= (int64_t)usize;
-    return;
-  }
-  /* This allocation crosses the sampling point; the next one is an exponential draw
-   * after it. */
-  interval_note(td->interval);
-  td->interval = draw_interval(td);
-  td->threshold = thread_allocated() + usize + td->interval;
-  td->credit = (int64_t)td->interval;
+  interval_note(td->cdlen[k]);
+  *c = (int64_t)(td->cdlen[k] = draw_interval(td));
   td->pending = !td->busy && td->active && __atomic_load_n(&prof_active_now, __ATOMIC_RELAXED);
+  return true;
 }
+
+void prof_take(size_t usize) { cd_take(&prof_td, 0, usize); }
 
 unsigned prof_fill_limit(szind_t ind, unsigned want) {
+  prof_tdata_t *td = &prof_td;
   size_t s = sz_size[ind];
-  prof_take(s);
-  if (prof_td.pending || want <= 1) return 1;
-  /* An eighth of the credit at most: other classes' fills near the sampling point find some
-   * left, so the reservation moves back to the stash about once per interval. */
-  uint64_t room = (uint64_t)prof_td.credit / 8 / s;
+  cd_take(td, ind, s);
+  if (td->pending || want <= 1) return 1;
+  /* Reserve the blocks that end before the class's sampling point: the next fill's first
+   * block is the sampled one. (c - 1) / s by the class's magic, corrected. */
+  uint64_t c1 = (uint64_t)(td->cd[ind] - 1);
+  uint64_t room = c1 < ((uint64_t)1 << 32) ? (c1 * bin_info[ind].div_magic) >> 32 : want;
+  if (room < want && room * s > c1) room--;
   unsigned extra = room < want - 1 ? (unsigned)room : want - 1;
-  prof_td.credit -= (int64_t)(extra * s);
+  td->cd[ind] -= (int64_t)(extra * s);
   return 1 + extra;
 }
-
 
 /* ---------------------------------------------------------------- tables (prof_lock held) */
 static uint64_t hash_frames(const uintptr_t *f, unsigned n) {
@@ -292,6 +282,10 @@ static bool live_grow(void) {
 
 static void live_remove(live_t *e) {
   if (e->gen == live_gen) {
+    if (e->thr) {
+      e->thr->cur_objs--;
+      e->thr->cur_bytes -= e->usize;
+    }
     prof_stack_t *st = e->st;
     st->cur_objs--;
     st->cur_bytes -= e->usize;
@@ -302,6 +296,66 @@ static void live_remove(live_t *e) {
   e->p = 1;
   live_used--;
   live_tomb++;
+}
+
+/* ---------------------------------------------------------------- routing (prof_lock held) */
+/* A sampled small block's granule carries class 0 in the rtree while the block lives, so
+ * that its free leaves the fast path (which pushes onto the stash bin of the granule's
+ * class) and reaches prof_free_sampled; the other blocks of that granule take the slow
+ * path meanwhile (prof_maybe_sampled sends them on without the lock unless their slab
+ * holds a sample). Changed only under prof_lock: a sample and a sampled free of the same
+ * granule cannot interleave. */
+static void gran_poison(edata_t *ed, uintptr_t p) {
+  if (!ed->slab) return;
+  rtree_write(p & ~(GRAN - 1), rt_make(ed, 0, 1));
+}
+
+/* After p's record left the set and ed's count was decremented: give the granule its
+ * class back unless another sampled block starts in it. */
+static void gran_restore(edata_t *ed, uintptr_t p) {
+  if (!ed->slab) return;
+  uintptr_t g = p & ~(GRAN - 1);
+  szind_t ind = ed->szind;
+  if (prof_is_sampled(ed)) {
+    size_t sz = bin_info[ind].size;
+    uintptr_t end = ed->addr + (uintptr_t)bin_info[ind].nregs * sz;
+    for (uintptr_t q = ed->addr + (g - ed->addr + sz - 1) / sz * sz; q < g + GRAN && q < end; q += sz) {
+      if (q != p && live_find(q) != NULL) return;
+    }
+  }
+  rtree_write(g, rt_make(ed, arena_of(ed)->user ? 0 : ind + TBIN_PROF_OFF, 1));
+}
+
+/* This thread's record: a dead one with no live samples is reused (prof_lock held). */
+static prof_thr_t *thr_get(prof_tdata_t *td) {
+  if (td->thr) return td->thr;
+  prof_thr_t *t = thr_all;
+  while (t && !(t->dead && t->cur_objs == 0)) t = t->next;
+  if (t == NULL) {
+    t = meta_alloc(sizeof(*t));
+    if (t == NULL) return NULL;
+    t->next = thr_all;
+    __atomic_store_n(&thr_all, t, __ATOMIC_RELEASE);
+  }
+  t->uid = thr_uid_next++;
+  t->cur_objs = t->cur_bytes = t->acc_objs = t->acc_bytes = 0;
+  t->dead = false;
+  memcpy(t->name, td->name, sizeof(t->name));
+  td->thr = t;
+  return t;
+}
+
+/* Thread exit (tcache.c's destructor): the record stays while its samples live. */
+void prof_thread_exit(tsd_t *tsd) {
+  prof_tdata_t *td = &prof_td;
+  if (td->thr == NULL) return;
+  uint8_t saved = tsd->reentrant;
+  tsd->reentrant = 1;
+  mtx_lock(&prof_lock);
+  td->thr->dead = true;
+  td->thr = NULL;
+  mtx_unlock(&prof_lock);
+  tsd->reentrant = saved;
 }
 
 /* ---------------------------------------------------------------- sample and free */
@@ -324,13 +378,20 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
   mtx_lock(&prof_lock);
   prof_stack_t *st = prof_stack_intern(frames, n);
   live_t *old = live_find((uintptr_t)p);
-  if (old) live_remove(old); /* freed unseen (a 4 GiB-aligned fast free): forget it */
+  if (old) live_remove(old); /* cannot happen (every sampled free is seen): be safe */
   if (st && !live_grow()) {
     size_t i = live_hash((uintptr_t)p, live_cap);
     while (live[i].p > 1) i = (i + 1) & (live_cap - 1);
     if (live[i].p == 1) live_tomb--;
-    live[i] = (live_t){(uintptr_t)p, st, usize, w, live_gen};
+    prof_thr_t *thr = thr_get(td);
+    live[i] = (live_t){(uintptr_t)p, st, usize, w, live_gen, thr};
     live_used++;
+    if (thr) {
+      thr->cur_objs++;
+      thr->cur_bytes += usize;
+      thr->acc_objs++;
+      thr->acc_bytes += usize;
+    }
     st->cur_objs++;
     st->cur_bytes += usize;
     st->acc_objs++;
@@ -341,12 +402,14 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
     st->w_acc_bytes += w * (double)usize;
     live_w_bytes += w * (double)usize;
     if (!old) __atomic_add_fetch(&ed->prof_nsampled, 1, __ATOMIC_RELAXED);
+    gran_poison(ed, (uintptr_t)p);
     if (live_w_bytes > live_w_peak) {
       live_w_peak = live_w_bytes;
       gdump = __atomic_load_n(&prof_gdump_now, __ATOMIC_RELAXED);
     }
   } else if (old) {
     __atomic_sub_fetch(&ed->prof_nsampled, 1, __ATOMIC_RELAXED);
+    gran_restore(ed, (uintptr_t)p);
   }
   mtx_unlock(&prof_lock);
   if (gdump) __atomic_or_fetch(&dump_req, REQ_GDUMP, __ATOMIC_RELEASE);
@@ -356,7 +419,7 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
     if (__atomic_load_n(&dump_thread_started, __ATOMIC_ACQUIRE) && dump_thread_pid == getpid()) {
       dump_wake();
     } else {
-      __atomic_store_n(&prof_want_thread, true, __ATOMIC_RELEASE);
+      want_thread();
     }
   }
 }
@@ -369,6 +432,7 @@ bool prof_free_sampled(tsd_t *tsd, void *p, edata_t *ed) {
   if (e) {
     live_remove(e);
     __atomic_sub_fetch(&ed->prof_nsampled, 1, __ATOMIC_RELAXED);
+    gran_restore(ed, (uintptr_t)p);
   }
   mtx_unlock(&prof_lock);
   tsd->reentrant = 0;
@@ -391,6 +455,34 @@ prof_snap_t *prof_snapshot(size_t *n, size_t *map_bytes) {
       if (st->cur_objs == 0 && st->acc_objs == 0) continue;
       s[(*n)++] = (prof_snap_t){st, st->cur_objs, st->cur_bytes, st->acc_objs, st->acc_bytes,
                                 st->w_cur_objs, st->w_cur_bytes, st->w_acc_objs, st->w_acc_bytes};
+    }
+  }
+  mtx_unlock(&prof_lock);
+  tsd->reentrant = saved;
+  *map_bytes = bytes;
+  return s;
+}
+
+/* The records worth a line (a live thread, or live samples), copied under prof_lock. */
+prof_thr_snap_t *prof_thr_snapshot(size_t *n, size_t *map_bytes) {
+  tsd_t *tsd = tsd_fetch();
+  *n = 0;
+  *map_bytes = 0;
+  if (tsd == NULL) return NULL;
+  uint8_t saved = tsd->reentrant;
+  tsd->reentrant = 1;
+  mtx_lock(&prof_lock);
+  size_t cap = 0;
+  for (prof_thr_t *t = thr_all; t; t = t->next) cap++;
+  size_t bytes = ((cap + 1) * sizeof(prof_thr_snap_t) + os_page - 1) & ~(os_page - 1);
+  prof_thr_snap_t *s = os_map(bytes, 0);
+  if (s) {
+    for (prof_thr_t *t = thr_all; t; t = t->next) {
+      if (t->dead && t->cur_objs == 0) continue;
+      prof_thr_snap_t *d = &s[(*n)++];
+      d->uid = t->uid, d->cur_objs = t->cur_objs, d->cur_bytes = t->cur_bytes;
+      d->acc_objs = t->acc_objs, d->acc_bytes = t->acc_bytes;
+      memcpy(d->name, t->name, sizeof(d->name));
     }
   }
   mtx_unlock(&prof_lock);
@@ -432,7 +524,12 @@ static bool dump_write(const char *path) {
   if (s == NULL) return false;
   uint64_t period = sample_mean();
   bool fail = false;
-  if (prof_opt.format & PROF_FMT_JEMALLOC) fail |= prof_dump_heap_v2(path, s, n, period);
+  if (prof_opt.format & PROF_FMT_JEMALLOC) {
+    size_t nt = 0, tbytes = 0;
+    prof_thr_snap_t *t = prof_thr_snapshot(&nt, &tbytes);
+    fail |= prof_dump_heap_v2(path, s, n, t, nt, period);
+    if (t) os_unmap(t, tbytes);
+  }
   if (prof_opt.format & PROF_FMT_PPROF) {
     char pb[512];
     const char *target = path;
@@ -562,8 +659,10 @@ void prof_postfork(bool child) {
     mtx_init(&prof_dump_lock);
     /* The dump thread is not in the child: the next request starts one. */
     __atomic_store_n(&dump_thread_started, false, __ATOMIC_RELEASE);
-    if (__atomic_load_n(&dump_req, __ATOMIC_RELAXED)) prof_want_thread = true;
+    if (__atomic_load_n(&dump_req, __ATOMIC_RELAXED)) want_thread();
     dump_seq = dump_mseq = dump_iseq = dump_useq = 0;
+    /* Only this thread lives on: the others' records stay while their samples do. */
+    for (prof_thr_t *t = thr_all; t; t = t->next) t->dead |= t != prof_td.thr;
   } else {
     mtx_unlock(&prof_lock);
     mtx_unlock(&prof_dump_lock);
@@ -657,6 +756,7 @@ int prof_ctl_reset(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp
     st->cur_objs = st->cur_bytes = st->acc_objs = st->acc_bytes = 0;
     st->w_cur_objs = st->w_cur_bytes = st->w_acc_objs = st->w_acc_bytes = 0;
   }
+  for (prof_thr_t *t = thr_all; t; t = t->next) t->cur_objs = t->cur_bytes = t->acc_objs = t->acc_bytes = 0;
   live_w_bytes = live_w_peak = 0;
   __atomic_store_n(&prof_lg_sample_now, (unsigned)lg, __ATOMIC_RELAXED);
   mtx_unlock(&prof_lock);
@@ -697,6 +797,16 @@ int prof_ctl_thread_name(const size_t *mib, size_t miblen, void *oldp, size_t *o
       if (s[i] < 0x20 || s[i] == 0x7f) return EFAULT; /* jemalloc: printable characters only */
     }
     memcpy(prof_td.name, s, l + 1);
+    if (prof_td.thr) { /* this thread's record in dumps */
+      tsd_t *tsd = tsd_fetch();
+      if (tsd == NULL) return EAGAIN;
+      uint8_t saved = tsd->reentrant;
+      tsd->reentrant = 1;
+      mtx_lock(&prof_lock);
+      memcpy(prof_td.thr->name, prof_td.name, sizeof(prof_td.name));
+      mtx_unlock(&prof_lock);
+      tsd->reentrant = saved;
+    }
   }
   return 0;
 }

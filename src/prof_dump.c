@@ -109,8 +109,14 @@ static void buf_file(buf_t *b, const char *path) {
  * Counts are raw samples: jeprof unbiases them with the period. Accumulated counts are
  * written only with prof_accum:true, as jemalloc does.
  */
+static void v2_counts_tail(buf_t *b, uint64_t co, uint64_t cb, uint64_t ao, uint64_t ab);
 static void v2_counts(buf_t *b, uint64_t co, uint64_t cb, uint64_t ao, uint64_t ab) {
   buf_str(b, "  t*: ");
+  v2_counts_tail(b, co, cb, ao, ab);
+  buf_str(b, "\n");
+}
+
+static void v2_counts_tail(buf_t *b, uint64_t co, uint64_t cb, uint64_t ao, uint64_t ab) {
   buf_u64(b, co);
   buf_str(b, ": ");
   buf_u64(b, cb);
@@ -118,10 +124,11 @@ static void v2_counts(buf_t *b, uint64_t co, uint64_t cb, uint64_t ao, uint64_t 
   buf_u64(b, prof_opt.accum ? ao : 0);
   buf_str(b, ": ");
   buf_u64(b, prof_opt.accum ? ab : 0);
-  buf_str(b, "]\n");
+  buf_str(b, "]");
 }
 
-bool prof_dump_heap_v2(const char *path, const prof_snap_t *s, size_t n, uint64_t period) {
+bool prof_dump_heap_v2(const char *path, const prof_snap_t *s, size_t n, const prof_thr_snap_t *t, size_t nt,
+                       uint64_t period) {
   buf_t b;
   buf_init(&b, 1 << 20);
   uint64_t co = 0, cb = 0, ao = 0, ab = 0;
@@ -132,6 +139,18 @@ bool prof_dump_heap_v2(const char *path, const prof_snap_t *s, size_t n, uint64_
   buf_u64(&b, period);
   buf_str(&b, "\n");
   v2_counts(&b, co, cb, ao, ab);
+  /* jemalloc's per-thread lines: "  t<uid>: <counts>[ <thread.prof.name>]" */
+  for (size_t i = 0; i < nt; i++) {
+    buf_str(&b, "  t");
+    buf_u64(&b, t[i].uid);
+    buf_str(&b, ": ");
+    v2_counts_tail(&b, t[i].cur_objs, t[i].cur_bytes, t[i].acc_objs, t[i].acc_bytes);
+    if (t[i].name[0]) {
+      buf_str(&b, " ");
+      buf_str(&b, t[i].name);
+    }
+    buf_str(&b, "\n");
+  }
   for (size_t i = 0; i < n; i++) {
     if (s[i].cur_objs == 0 && !(prof_opt.accum && s[i].acc_objs)) continue;
     buf_str(&b, "@");

@@ -69,6 +69,10 @@ void tcache_boot(void) {
   }
 }
 
+/* Heap profiling: room of small class i's stash bin (bins[i + TBIN_PROF_OFF]). */
+static inline uint32_t stash_cap(szind_t i) { return tbin_max[i]; } /* ≤ the bin: taken whole */
+static inline uint32_t stash_count(const tbin_t *sb, szind_t i) { return stash_cap(i) - sb->avail; }
+
 /* Every bin empty, with its room and alignment check. */
 static void tcache_reset_bins(tcache_t *tc) {
   void *stash = tc->prof_stash; /* a pooled cache keeps its (empty) profiler stash */
@@ -76,9 +80,12 @@ static void tcache_reset_bins(tcache_t *tc) {
   tc->prof_stash = stash;
   for (szind_t i = 1; i < tcache_nbins; i++) {
     tc->bins[i].avail = tbin_max[i];
-    /* Heap profiling counts every free (prof.c): no pointer passes an all-ones mask. */
-    tc->bins[i].align_mask = unlikely(prof_on) ? UINT32_MAX : tbin_align_mask[i];
+    tc->bins[i].align_mask = tbin_align_mask[i];
     tc->fill[i] = tbin_fill_init[i];
+    if (unlikely(prof_on) && i <= SZ_NSMALL) { /* the free fast path's stash (prof.c) */
+      tc->bins[i + TBIN_PROF_OFF].avail = stash_cap(i);
+      tc->bins[i + TBIN_PROF_OFF].align_mask = tbin_align_mask[i];
+    }
   }
   tc->gc_every = GC_INTERVAL;
 }
@@ -120,6 +127,16 @@ typedef struct {
  * run's slab is a multiple of the size within the slab's used bytes. Power-of-two
  * classes skip the multiple test (check_start false): free() checked the alignment,
  * which proves it. Specialised for both, so the per-region loop has no test of it. */
+/* Heap profiling (prof.c): a slab's granules carry class ind + TBIN_PROF_OFF, or 0 where
+ * a sampled block starts (its other regions are cached as any other). Out of line, so the
+ * scan's code does not change with prof:false. */
+static NOINLINE bool flush_prof_class_ok(uint64_t e, szind_t ind) {
+  edata_t *ed = rt_edata(e);
+  if (!prof_on || !(e & RT_SLAB) || ed == NULL) return false;
+  if (rt_szind(e) == ind + TBIN_PROF_OFF) return true;
+  return rt_szind(e) == 0 && ed->szind == ind && !arena_ind_is_user(ed->arena_ind);
+}
+
 static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, uint32_t n, szind_t ind,
                                                                       slab_run_t *runs, unsigned own,
                                                                       const bool check_start) {
@@ -133,7 +150,7 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
     uint64_t diff = (uintptr_t)p - lo;
     if (unlikely(diff >= used)) {
       uint64_t e = rtree_read((uintptr_t)p);
-      if (unlikely(!(e & RT_SLAB) || rt_szind(e) != ind)) strata_invalid_free("free", p);
+      if (unlikely(!(e & RT_SLAB) || rt_szind(e) != ind) && !flush_prof_class_ok(e, ind)) strata_invalid_free("free", p);
       if (sc.nruns) runs[sc.nruns - 1].len = len;
       edata_t *slab = rt_edata(e);
       runs[sc.nruns++] = (slab_run_t){slab, p, 0};
@@ -156,11 +173,11 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
 /* Flush all but `keep` of bin ind, taking them from the head of the list. Each region is
  * validated against the rtree (a slab of this class and a region start; a large extent
  * of this class that starts at the pointer), then returned to its owner arena. */
-static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
-  tbin_t *b = &tc->bins[ind];
-  sassert(tbin_count(b, ind) <= tbin_max[ind]);
-  while (tbin_count(b, ind) > keep) {
-    uint32_t n = tbin_count(b, ind) - keep;
+static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_t *b, szind_t ind, uint32_t max,
+                                                             uint32_t keep) {
+  sassert(max - b->avail <= max);
+  while (max - b->avail > keep) {
+    uint32_t n = max - b->avail - keep;
     if (n > FLUSH_BUF) n = FLUSH_BUF;
     /* The first n regions of the list go: no walk to a cut point (the kept ones are the
      * older half; overflows happen in free-heavy phases, where that costs nothing). */
@@ -201,6 +218,15 @@ static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
   }
 }
 
+static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
+  flush_tbin(tc, &tc->bins[ind], ind, tbin_max[ind], keep);
+}
+
+/* Heap profiling: flush small class ind's stash bin down to keep blocks. */
+static NOINLINE void stash_flush(tcache_t *tc, szind_t ind, uint32_t keep) {
+  flush_tbin(tc, &tc->bins[ind + TBIN_PROF_OFF], ind, stash_cap(ind), keep);
+}
+
 /* Bring bin ind's share of tcache_total up to date (slow paths only: one atomic add). */
 static void tcache_publish(tcache_t *tc, szind_t ind) {
   uint32_t c = tbin_count(&tc->bins[ind], ind);
@@ -213,6 +239,14 @@ static void tcache_publish(tcache_t *tc, szind_t ind) {
 
 static inline bool tcache_over_cap(void) {
   return opt.tcache_total_max && __atomic_load_n(&tcache_total, __ATOMIC_RELAXED) > opt.tcache_total_max;
+}
+
+/* The GC's flush of an idle bin: half of it, or all over the global cap. With prof:true
+ * the flushed blocks' reservations return to the class's countdown (prof.c). */
+static NOINLINE void tcache_gc_flush(tcache_t *tc, szind_t g, bool over) {
+  uint32_t c = tbin_count(&tc->bins[g], g), keep = over ? 0 : c / 2;
+  tcache_flush_bin(tc, g, keep);
+  if (unlikely(prof_on)) prof_credit_return(g, (size_t)(c - keep) * sz_size[g]);
 }
 
 static void tcache_event(tcache_t *tc, szind_t ind) {
@@ -230,7 +264,7 @@ static void tcache_event(tcache_t *tc, szind_t ind) {
   /* A bin with no fill or flush since the last visit was not under pressure: give half
    * of what it holds back, so a class the thread stopped using drains over time. */
   if (g != ind && (over || !tc->events[g])) {
-    if (tbin_count(&tc->bins[g], g) > 0) tcache_flush_bin(tc, g, over ? 0 : tbin_count(&tc->bins[g], g) / 2);
+    if (tbin_count(&tc->bins[g], g) > 0) tcache_gc_flush(tc, g, over);
     if (tc->fill[g] > tbin_fill_init[g])
       tc->fill[g] = (uint16_t)(over || tc->fill[g] / 2 < tbin_fill_init[g] ? tbin_fill_init[g] : tc->fill[g] / 2);
   }
@@ -267,22 +301,31 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
 
 /* ---------------------------------------------------------------- heap profiling */
 /*
- * With prof:true (prof.c) every free takes the slow path, which puts the block in this
- * stash instead of the bin's list: the malloc fast path pops only blocks whose bytes are
- * reserved against the thread's next sample. Fills take from the stash first (no arena
- * trip); when the reservation must be given back, the bins' lists move to the stash.
+ * With prof:true (prof.c) the malloc fast path pops only blocks whose bytes are reserved
+ * against their class's countdown to its next sample. Frees of small blocks go (fast or
+ * slow) to the class's stash bin, bins[ind + TBIN_PROF_OFF], which the malloc fast path
+ * never pops: the slabs' rtree class points the free fast path there. Fills take from the
+ * stash first (no arena trip, the whole list in O(1) when it fits). Large classes (always
+ * freed on the slow path) keep the small prof_stash_t.
  */
 prof_stash_t *tcache_prof_stash(tcache_t *tc) {
   if (tc->prof_stash == NULL) tc->prof_stash = meta_alloc(sizeof(prof_stash_t));
   return tc->prof_stash;
 }
-#define stash_get tcache_prof_stash
 
-/* Up to n blocks off the stash's list, linked, NULL-terminated; the count taken. */
+/* Up to n blocks off a prof_stash_t list (NULL-terminated), linked, NULL-terminated; the
+ * count taken. All of it without a walk. */
 static unsigned stash_take(prof_stash_t *s, szind_t ind, unsigned n, void **head) {
   if (s == NULL || s->n[ind] == 0) return 0;
-  if (n > s->n[ind]) n = s->n[ind];
-  void *first = s->head[ind], *last = first;
+  void *first = s->head[ind];
+  if (n >= s->n[ind]) {
+    n = s->n[ind];
+    s->head[ind] = NULL;
+    s->n[ind] = 0;
+    *head = first;
+    return n;
+  }
+  void *last = first;
   for (unsigned i = 1; i < n; i++) last = link_next(last, ind);
   s->head[ind] = link_next(last, ind);
   LINK_SET(last, NULL);
@@ -291,30 +334,44 @@ static unsigned stash_take(prof_stash_t *s, szind_t ind, unsigned n, void **head
   return n;
 }
 
-void tcache_prof_unreserve(tcache_t *tc) {
-  prof_stash_t *s = stash_get(tc);
-  for (szind_t i = 1; i < tcache_nbins; i++) {
-    tbin_t *b = &tc->bins[i];
-    uint32_t n = tbin_count(b, i);
-    if (n == 0) continue;
-    if (s == NULL) {
-      tcache_flush_bin(tc, i, 0);
-      continue;
-    }
-    void *last = b->head;
-    for (uint32_t k = 1; k < n; k++) last = link_next(last, i);
-    LINK_SET(last, s->head[i]);
-    s->head[i] = b->head;
-    s->n[i] += n;
-    b->head = NULL;
-    b->avail = tbin_max[i];
+/* Up to n blocks off small class ind's stash bin (its list is NULL-terminated). */
+static unsigned stash_bin_take(tcache_t *tc, szind_t ind, unsigned n, void **head) {
+  tbin_t *sb = &tc->bins[ind + TBIN_PROF_OFF];
+  uint32_t have = stash_count(sb, ind);
+  if (have == 0) return 0;
+  void *first = sb->head;
+  if (unlikely(!link_plausible(first))) strata_heap_corruption(first, ind);
+  if (have <= n) { /* all of it: no walk */
+    sb->head = NULL;
+    sb->avail = stash_cap(ind);
+    *head = first;
+    return have;
   }
+  void *last = first;
+  for (unsigned i = 1; i < n; i++) last = link_next(last, ind);
+  sb->head = link_next(last, ind);
+  LINK_SET(last, NULL);
+  sb->avail += n;
+  *head = first;
+  return n;
 }
 
-/* Everything in the stash back to the arenas (tcache_flush_all: exit, trim, flush). */
+/* A slow-path free of small class ind into its stash bin (tsd->reentrant held). */
+void tcache_prof_stash_small(tcache_t *tc, szind_t ind, void *p) {
+  tbin_t *sb = &tc->bins[ind + TBIN_PROF_OFF];
+  if (unlikely(sb->avail == 0)) stash_flush(tc, ind, stash_cap(ind) / 2);
+  TAG_WORD(p) = TAG_OF(p);
+  LINK_SET(p, sb->head);
+  sb->head = p;
+  sb->avail--;
+}
+
+/* Everything in the stashes back to the arenas (tcache_flush_all: exit, trim, flush). */
 static void stash_drain(tcache_t *tc) {
+  for (szind_t i = 1; i < tcache_nbins && i <= SZ_NSMALL; i++) stash_flush(tc, i, 0);
   prof_stash_t *s = tc->prof_stash;
-  for (szind_t i = 1; i < tcache_nbins; i++) {
+  if (s == NULL) return;
+  for (szind_t i = SZ_NSMALL + 1; i < tcache_nbins; i++) {
     tbin_t *b = &tc->bins[i];
     void *head;
     unsigned got;
@@ -336,10 +393,14 @@ static NOINLINE void *alloc_hard_prof(tcache_t *tc, szind_t ind) {
   size_t usize = sz_size[ind];
   void *p = NULL;
   if (ind <= SZ_NSMALL) {
-    unsigned want = prof_fill_limit(ind, tbin_max[ind] / 2 ? tbin_max[ind] / 2 : 1);
-    unsigned got = stash_take(tc->prof_stash, ind, want, &p);
+    /* The whole stash when the bin can hold it (taken without a walk), else a usual fill;
+     * fewer when the class's sampling point is near. */
+    uint32_t have = stash_count(&tc->bins[ind + TBIN_PROF_OFF], ind);
+    unsigned cap = have > tbin_fill_max[ind] ? (have < tbin_max[ind] ? have : tbin_max[ind]) : tbin_fill_max[ind];
+    unsigned want = prof_fill_limit(ind, cap);
+    unsigned got = stash_bin_take(tc, ind, want, &p);
     if (got == 0) got = bin_fill_list(tc->arena, ind, &p, want);
-    if (got < want) prof_credit_return((size_t)(want - (got ? got : 1)) * usize);
+    if (got < want) prof_credit_return(ind, (size_t)(want - (got ? got : 1)) * usize);
     if (got == 0) return NULL;
     b->head = link_next(p, ind);
     b->avail -= got - 1;
@@ -374,14 +435,20 @@ void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated)
     *allocated += tsd->tcache->bins[i].nmalloc * sz_size[i];
     *deallocated += tsd->tcache->bins[i].ndalloc * sz_size[i];
   }
+  if (unlikely(prof_on)) { /* fast frees into the stash bins (prof.c) */
+    for (szind_t i = 1; i <= SZ_NSMALL && i < tcache_nbins; i++)
+      *deallocated += tsd->tcache->bins[i + TBIN_PROF_OFF].ndalloc * sz_size[i];
+  }
 }
 
 void tcache_flush_all(tcache_t *tc) {
   for (szind_t i = 1; i < tcache_nbins; i++) {
+    /* Heap profiling: reserved blocks never popped return to their class's countdown. */
+    if (unlikely(prof_on)) prof_credit_return(i, (size_t)tbin_count(&tc->bins[i], i) * sz_size[i]);
     tcache_flush_bin(tc, i, 0);
     tcache_publish(tc, i);
   }
-  if (unlikely(tc->prof_stash != NULL)) stash_drain(tc);
+  if (unlikely(prof_on)) stash_drain(tc);
 }
 
 /* Unlist a flushed cache and keep it for the next thread. */
@@ -403,6 +470,7 @@ void tcache_thread_exit(void *arg) {
   tcache_t *tc = arg;
   tsd_t *tsd = &strata_tsd;
   ureserve_thread_exit(tsd);
+  if (unlikely(prof_on)) prof_thread_exit(tsd); /* its record in heap profiles */
   if (tc == &tcache_empty) { /* uncached (bound to a user arena, or a reserve): only unbind */
     arena_unbind(tsd->arena);
     tsd->arena = NULL;

@@ -49,10 +49,10 @@ static void dump_totals(unsigned long *objs, unsigned long *bytes) {
   unlink(path);
 }
 
-/* What the live set may keep after a churn frees everything: one block whose address has
- * 32 zero low bits passes the free fast path's 32-bit alignment mask unseen (a known
- * limit of prof:true, docs/design.md), so at most one record of at most 40,000 bytes. */
-#define CHURN_LEFTOVER_OK(objs, bytes) ((objs) <= 1 && (bytes) <= 40000)
+/* What the live set may keep after a churn frees everything: nothing. (Every sampled
+ * block's free reaches the profiler: its granule's rtree class sends it to the slow path;
+ * before that routing, a block with 32 zero low address bits slipped past a 32-bit mask.) */
+#define CHURN_LEFTOVER_OK(objs, bytes) ((objs) == 0 && (bytes) == 0)
 
 typedef struct {
   void **slots;
@@ -264,6 +264,109 @@ TEST(test_prof_gdump_writes_u_dumps) {
       unlink(path);
     }
   for (int i = 0; i < 64; i++) free(keep[i]);
+}
+
+/* The header's per-thread line of the thread named `name` ("  t<uid>: <objs>: <bytes>
+ * [...] <name>"): its objects and bytes, or false if the dump has none. */
+static bool dump_thread_line(const char *name, unsigned long *objs, unsigned long *bytes) {
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/strata-prof-stress-t%d.heap", (int)getpid());
+  const char *pp = path;
+  CHECK(mallctl("prof.dump", NULL, NULL, &pp, sizeof pp) == 0, "prof.dump");
+  FILE *f = fopen(path, "r");
+  CHECK(f != NULL, "no dump at %s", path);
+  char line[256];
+  bool found = false;
+  while (fgets(line, sizeof line, f) && line[0] != '@') {
+    unsigned long uid, o, b, ao, ab;
+    int end = 0;
+    if (sscanf(line, "  t%lu: %lu: %lu [%lu: %lu]%n", &uid, &o, &b, &ao, &ab, &end) == 5 && end > 0) {
+      line[strcspn(line, "\n")] = '\0';
+      if (line[end] == ' ' && strcmp(line + end + 1, name) == 0) {
+        CHECK(!found, "two lines named %s", name);
+        found = true;
+        *objs = o;
+        *bytes = b;
+      }
+    }
+  }
+  fclose(f);
+  unlink(path);
+  return found;
+}
+
+static void *named_alloc(void *arg) {
+  void **out = arg;
+  const char *name = "prof-worker-7";
+  CHECK(mallctl("thread.prof.name", NULL, NULL, &name, sizeof name) == 0, "thread.prof.name");
+  for (int i = 0; i < 64; i++) out[i] = malloc(16384);
+  unsigned long objs = 0, bytes = 0;
+  CHECK(dump_thread_line("prof-worker-7", &objs, &bytes), "no line for a live named thread");
+  return NULL;
+}
+
+/* thread.prof.name is written into heap_v2's per-thread lines (jemalloc's "  t<uid>: ...
+ * <name>"), with that thread's live samples; the line outlives the thread while its blocks
+ * live, and goes when they are freed. */
+TEST(test_prof_thread_name_in_dumps) {
+  static void *blocks[64];
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, named_alloc, blocks) == 0, "pthread_create");
+  pthread_join(t, NULL);
+  unsigned long objs = 0, bytes = 0;
+  CHECK(dump_thread_line("prof-worker-7", &objs, &bytes), "no line for the exited thread with live samples");
+  /* 16 KiB blocks at a 1 KiB mean: each sampled with probability 1 - e^-16. */
+  CHECK(objs >= 60 && objs <= 64 && bytes == objs * 16384, "thread line %lu objects, %lu bytes", objs, bytes);
+  for (int i = 0; i < 64; i++) free(blocks[i]);
+  CHECK(!dump_thread_line("prof-worker-7", &objs, &bytes), "the exited thread's line stays after its blocks went");
+}
+
+/* A block grown in place by xallocx counts as an allocation of its new size (jemalloc's
+ * prof_realloc): the sample of the old size is replaced. */
+TEST(test_prof_xallocx_growth_is_sampled) {
+  unsigned long objs, bytes;
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0, "%lu samples live before the test", objs);
+  size_t grown = 0;
+  void *p = NULL;
+  for (int tries = 0; tries < 16 && grown == 0; tries++) {
+    p = malloc(256 << 10);
+    dump_totals(&objs, &bytes);
+    CHECK(objs == 1 && bytes == (256u << 10), "a 256 KiB block: %lu objects, %lu bytes sampled", objs, bytes);
+    size_t r = xallocx(p, 1 << 20, 0, 0);
+    if (r >= (1u << 20)) grown = r;
+    else free(p);
+  }
+  if (grown == 0) {
+    printf("SKIP: xallocx never grew a block in place\n");
+    return;
+  }
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 1 && bytes == grown, "after growing in place to %zu: %lu objects, %lu bytes", grown, objs, bytes);
+  free(p);
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0 && bytes == 0, "after the free: %lu objects, %lu bytes", objs, bytes);
+}
+
+/* Blocks popped from the thread cache are sampled at jemalloc's rate: each class keeps its
+ * own countdown and a fill stops before the block holding the sampling point, so a block
+ * of s bytes is sampled with probability 1 - e^(-s/1024) here. 20,000 blocks each of 512
+ * and 96 bytes, interleaved: 7,869 (sd 69) and 1,790 (sd 40) samples expected. A fill
+ * reserving one block too many (or a pop not reserved) moves these by hundreds. */
+TEST(test_prof_cached_classes_sample_at_the_rate) {
+  enum { N = 20000 };
+  static void *b[2 * N];
+  unsigned long objs, bytes;
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0, "%lu samples live before the test", objs);
+  for (int i = 0; i < 2 * N; i++) b[i] = malloc(i % 2 ? 96 : 512);
+  dump_totals(&objs, &bytes);
+  long n512 = ((long)bytes - 96 * (long)objs) / 416, n96 = (long)objs - n512;
+  CHECK(n512 > 7869 - 5 * 69 && n512 < 7869 + 5 * 69, "%ld samples of 20,000 512-byte blocks (expected 7,869)", n512);
+  CHECK(n96 > 1790 - 5 * 40 && n96 < 1790 + 5 * 40, "%ld samples of 20,000 96-byte blocks (expected 1,790)", n96);
+  for (int i = 0; i < 2 * N; i++) free(b[i]);
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
 }
 
 int main(int argc, char **argv) { return check_main(argc, argv); }

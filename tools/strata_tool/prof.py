@@ -131,7 +131,8 @@ class Symbolizer:
 
 # ---------------------------------------------------------------- readers
 _V2_STACK = re.compile(r"^@((?:\s+0x[0-9a-fA-F]+)*)\s*$")
-_V2_COUNTS = re.compile(r"^\s*t(\*|\d+):\s+(\d+):\s+(\d+)\s+\[\s*(\d+):\s+(\d+)\]\s*$")
+# A per-thread line may end with the thread's name (thread.prof.name): "  t3: 1: 64 [0: 0] worker".
+_V2_COUNTS = re.compile(r"^\s*t(\*|\d+):\s+(\d+):\s+(\d+)\s+\[\s*(\d+):\s+(\d+)\](?:\s+(.*?))?\s*$")
 _MAPS = re.compile(r"^([0-9a-f]+)-([0-9a-f]+)\s+(\S{4})\s+([0-9a-f]+)\s+\S+\s+\d+\s*(.*)$")
 
 

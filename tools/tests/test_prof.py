@@ -46,6 +46,16 @@ def test_heap_v2_follows_its_grammar(acc_dump):
     assert lines[0] == "heap_v2/16384"
     assert re.match(r"^  t\*: \d+: \d+ \[0: 0\]$", lines[1])
     i = 2
+    # jemalloc's per-thread lines: "  t<uid>: <counts>[ <thread.prof.name>]", summing to t*.
+    thr = []
+    while not lines[i].startswith("@"):
+        m = re.match(r"^  t(\d+): (\d+): (\d+) \[0: 0\](?: (.+))?$", lines[i])
+        assert m, lines[i]
+        thr.append((int(m.group(2)), int(m.group(3))))
+        i += 1
+    assert thr, "no per-thread line"
+    tot0 = re.match(r"^  t\*: (\d+): (\d+)", lines[1])
+    assert sum(t[0] for t in thr) == int(tot0.group(1)) and sum(t[1] for t in thr) == int(tot0.group(2))
     nstacks = 0
     while lines[i] != "":
         assert re.match(r"^@( 0x[0-9a-f]+)+$", lines[i]), lines[i]
