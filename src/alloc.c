@@ -40,6 +40,7 @@ static inline arena_t *tsd_arena(tsd_t *tsd, size_t usize) {
   if (unlikely(usize >= opt.oversize_threshold) && !(tsd->arena && tsd->arena->user))
     return arena_get(narenas);
   if (unlikely(tsd->arena == NULL)) tsd->arena = arena_choose();
+  arena_spread_check(tsd); /* uncached paths: the tally moves the thread too */
   return tsd->arena;
 }
 

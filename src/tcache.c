@@ -183,7 +183,11 @@ static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
       continue;
     }
     slab_run_t runs[FLUSH_BUF];
-    unsigned own = tc->arena ? tc->arena->ind : (unsigned)-1;
+    /* A thread that frees far more of this class than it allocates (a consumer) frees
+     * other threads' blocks: those go to their bin as a chain, as remote frees do, even
+     * when it shares their arena (arenas are shared until contention spreads them). */
+    bool consumer = b->nmalloc < b->ndalloc / 4;
+    unsigned own = tc->arena && !consumer ? tc->arena->ind : (unsigned)-1;
     flush_scan_t sc = bin_info[ind].pow2 ? flush_scan(p, n, ind, runs, own, false)
                                          : flush_scan(p, n, ind, runs, own, true);
     b->head = link_next(sc.last, ind);
@@ -218,6 +222,7 @@ static inline bool tcache_over_cap(void) {
 static void tcache_event(tcache_t *tc, szind_t ind) {
   tc->events[ind] = 1;
   tcache_publish(tc, ind);
+  if (tc == strata_tsd.tcache) arena_spread_check(&strata_tsd); /* not an explicit cache */
   if (++tc->gc_ticks < tc->gc_every) return;
   tc->gc_ticks = 0;
   /* The global cap: published at every fill and flush (one atomic add), looked at on
