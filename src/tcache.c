@@ -35,11 +35,14 @@ size_t tcache_total;
 /* The GC looks at one bin every GC_INTERVAL fills and flushes. */
 #define GC_INTERVAL 32
 #define FLUSH_BUF 256
-/* A thread's first fill of a class brings at most this many bytes (at least one region):
- * 100 threads that each touch 20 classes of 1-14 KiB once would otherwise take 10
- * regions of each (wl_nativethreads: peak RSS 3x jemalloc's). Classes up to 320 B
- * start at the full half-bin fill, which the producer/consumer figure depends on. */
-#define FILL_INIT_BYTES ((size_t)32 << 10)
+/* A thread's first fill of a class above FILL_FULL_MAX brings at most this many bytes
+ * (at least one region); each further miss doubles it. 100 threads that each touch 20
+ * classes of 1-14 KiB once would otherwise take 10 regions of each (wl_nativethreads:
+ * peak RSS 3x jemalloc's); at 32 KiB, a JVM's 100 threads still held 10-13 MiB in
+ * first fills they never used (docs/design.md, "Threads and arenas"). Classes up to
+ * 320 B start at the full half-bin fill, which the producer/consumer figure depends on. */
+#define FILL_INIT_BYTES ((size_t)4 << 10)
+#define FILL_FULL_MAX 320
 
 void tcache_boot(void) {
   if (!opt.tcache || opt.junk != JUNK_NONE || opt.zero) {
@@ -62,7 +65,7 @@ void tcache_boot(void) {
       tbin_max[i] = TBIN_LARGE;
     }
     tbin_fill_max[i] = (uint16_t)(tbin_max[i] / 2 ? tbin_max[i] / 2 : 1);
-    size_t first = FILL_INIT_BYTES / sz_size[i];
+    size_t first = sz_size[i] <= FILL_FULL_MAX ? tbin_fill_max[i] : FILL_INIT_BYTES / sz_size[i];
     tbin_fill_init[i] = (uint16_t)(first < 1 ? 1 : first < tbin_fill_max[i] ? first : tbin_fill_max[i]);
     size_t nat = sz_size[i] & -sz_size[i];
     tbin_align_mask[i] = (uint32_t)((nat < os_page ? nat : os_page) - 1);

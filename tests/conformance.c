@@ -1088,7 +1088,7 @@ TEST(test_mallctl_tcache_total_max_and_tcache_bytes)
     CHECK(mallctl("opt.tcache_total_max", &cap, &len, NULL, 0) == 0);
     CHECK_EQ(cap, (size_t)16 << 20);
     CHECK_EQ(mallctl("opt.tcache_total_max", NULL, NULL, &cap, sizeof cap), EPERM);
-    void *p = malloc(3000); /* a fill of a class this thread had not used */
+    void *p = malloc(300); /* a fill (classes up to 320 B fill their half bin at once) */
     size_t held = 0;
     len = sizeof held;
     CHECK(mallctl("stats.tcache_bytes", &held, &len, NULL, 0) == 0);
