@@ -11,6 +11,8 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -1078,6 +1080,63 @@ TEST(test_mallctl_mib_lookup_matches_name_lookup)
     free(p);
     miblen = 8;
     CHECK(mallctlnametomib("no.such", mib, &miblen) == ENOENT);
+}
+
+/* Arenas open under contention (docs/design.md, "Threads and arenas"): one live arena at
+ * start; threads that keep waiting on its locks (uncached, so every malloc and free
+ * takes a bin lock) open more, never past opt.narenas; a thread bound by thread.arena
+ * stays where it was put. */
+static volatile int spread_stop;
+static void *spread_hammer(void *arg)
+{
+    (void)arg;
+    bool off = false;
+    CHECK(mallctl("thread.tcache.enabled", NULL, NULL, &off, sizeof off) == 0);
+    while (!spread_stop) {
+        void *p[16];
+        for (int i = 0; i < 16; i++)
+            CHECK((p[i] = malloc(64)) != NULL);
+        for (int i = 0; i < 16; i++)
+            free(p[i]);
+    }
+    return NULL;
+}
+TEST(test_arenas_open_under_contention)
+{
+    unsigned live = 0, max = 0, pinned = 0;
+    size_t len = sizeof live;
+    CHECK(mallctl("arenas.nlive", &live, &len, NULL, 0) == 0);
+    CHECK_EQ(live, 1u);
+    CHECK_EQ(mallctl("arenas.nlive", NULL, NULL, &live, sizeof live), EPERM);
+    size_t bad = sizeof live + 1;
+    CHECK_EQ(mallctl("arenas.nlive", &live, &bad, NULL, 0), EINVAL);
+    CHECK(mallctl("opt.narenas", &max, &len, NULL, 0) == 0);
+    CHECK(mallctl("thread.arena", NULL, NULL, &pinned, sizeof pinned) == 0); /* main: arena 0, pinned */
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2 || max < 2) {
+        printf("skipped: one CPU, no lock contention to see\n");
+        return;
+    }
+    enum { NT = 8 };
+    pthread_t t[NT];
+    spread_stop = 0;
+    for (int i = 0; i < NT; i++)
+        CHECK(pthread_create(&t[i], NULL, spread_hammer, NULL) == 0);
+    for (int ms = 0; ms < 10000 && live < 2; ms += 10) {
+        struct timespec ts = {0, 10 * 1000000};
+        nanosleep(&ts, NULL);
+        len = sizeof live;
+        CHECK(mallctl("arenas.nlive", &live, &len, NULL, 0) == 0);
+    }
+    spread_stop = 1;
+    for (int i = 0; i < NT; i++)
+        pthread_join(t[i], NULL);
+    len = sizeof live;
+    CHECK(mallctl("arenas.nlive", &live, &len, NULL, 0) == 0);
+    CHECK(live >= 2 && live <= max, "arenas.nlive %u after 8 contending threads (opt.narenas %u)", live, max);
+    unsigned now = 99;
+    len = sizeof now;
+    CHECK(mallctl("thread.arena", &now, &len, NULL, 0) == 0);
+    CHECK_EQ(now, 0u);
 }
 
 /* The global cap on thread caches (issue 10): its option and what the caches hold, by
