@@ -1086,13 +1086,13 @@ TEST(test_mallctl_mib_lookup_matches_name_lookup)
  * start; threads that keep waiting on its locks (uncached, so every malloc and free
  * takes a bin lock) open more, never past opt.narenas; a thread bound by thread.arena
  * stays where it was put. */
-static volatile int spread_stop;
+static int spread_stop; /* atomic */
 static void *spread_hammer(void *arg)
 {
     (void)arg;
     bool off = false;
     CHECK(mallctl("thread.tcache.enabled", NULL, NULL, &off, sizeof off) == 0);
-    while (!spread_stop) {
+    while (!__atomic_load_n(&spread_stop, __ATOMIC_RELAXED)) {
         void *p[16];
         for (int i = 0; i < 16; i++)
             CHECK((p[i] = malloc(64)) != NULL);
@@ -1118,7 +1118,7 @@ TEST(test_arenas_open_under_contention)
     }
     enum { NT = 8 };
     pthread_t t[NT];
-    spread_stop = 0;
+    __atomic_store_n(&spread_stop, 0, __ATOMIC_RELAXED);
     for (int i = 0; i < NT; i++)
         CHECK(pthread_create(&t[i], NULL, spread_hammer, NULL) == 0);
     for (int ms = 0; ms < 10000 && live < 2; ms += 10) {
@@ -1127,7 +1127,7 @@ TEST(test_arenas_open_under_contention)
         len = sizeof live;
         CHECK(mallctl("arenas.nlive", &live, &len, NULL, 0) == 0);
     }
-    spread_stop = 1;
+    __atomic_store_n(&spread_stop, 1, __ATOMIC_RELAXED);
     for (int i = 0; i < NT; i++)
         pthread_join(t[i], NULL);
     len = sizeof live;
