@@ -268,6 +268,7 @@ int au_thread_arena(const size_t *mib, size_t miblen, void *oldp, size_t *oldlen
       __atomic_fetch_add(&a->nthreads, 1, __ATOMIC_RELAXED);
       arena_unbind(tsd->arena);
       tsd->arena = a;
+      tsd->arena_pinned = 1; /* the program chose: arena spreading leaves it there */
       if (a->user) {
         tcache_release(tsd);
       } else if (tsd->state == TSD_ACTIVE) {

@@ -649,6 +649,7 @@ static const ctl_node_t n_lextent_j_kids[] = {
 static const ctl_node_t n_lextent_j = DIR("<j>", n_lextent_j_kids);
 static const ctl_node_t n_arenas[] = {
     LEAF_H("narenas", CT_UNSIGNED, h_arenas_narenas, 0, "arenas, the oversize arena included"),
+    LEAF_H("nlive", CT_UNSIGNED, arena_ctl_nlive, 0, "ordinary arenas threads are spread over now (strata)"),
     LEAF_C("quantum", CT_SIZE, &z_quantum, "quantum"),
     LEAF_C("page", CT_SIZE, &os_page, "page size"),
     LEAF_H("tcache_max", CT_SIZE, h_arenas_tcache_max, 0, "largest cached size class"),

@@ -87,12 +87,17 @@ typedef struct {
 } mtx_t;
 #define MTX_INITIALIZER {PTHREAD_MUTEX_INITIALIZER, 0, 0}
 static inline void mtx_init(mtx_t *m) { pthread_mutex_init(&m->m, NULL); }
-static inline void mtx_lock(mtx_t *m) {
+/* Returns whether the acquisition met contention (the arena spreading reads it). */
+static inline bool mtx_lock(mtx_t *m) {
   pthread_mutex_lock(&m->m);
   m->n_lock_ops++;
 #ifdef __GLIBC__
   /* glibc's futex word is 2 after an acquisition that waited (or with waiters behind). */
-  m->n_wait += __atomic_load_n(&m->m.__data.__lock, __ATOMIC_RELAXED) == 2;
+  bool waited = __atomic_load_n(&m->m.__data.__lock, __ATOMIC_RELAXED) == 2;
+  m->n_wait += waited;
+  return waited;
+#else
+  return false;
 #endif
 }
 static inline void mtx_unlock(mtx_t *m) { pthread_mutex_unlock(&m->m); }
@@ -402,8 +407,13 @@ HIDDEN extern arena_t **arenas;   /* [narenas + 1]; the last is the oversize are
 HIDDEN extern unsigned narenas;   /* ordinary arenas */
 HIDDEN extern mtx_t arenas_lock;
 HIDDEN arena_t *arena_get(unsigned ind); /* creates on first use; NULL on OOM */
-HIDDEN arena_t *arena_choose(void);       /* least loaded, binds the thread */
+HIDDEN arena_t *arena_choose(void);       /* least loaded of the live ones, binds the thread */
 HIDDEN void arena_unbind(arena_t *a);
+/* Arenas in use grow with contention: threads bind to the first narenas_live (atomic)
+ * ordinary arenas, 1 at start unless opt.narenas is set (then all of them). A thread
+ * whose bin and extent locks keep meeting contention moves to a less loaded arena, or
+ * opens the next one (arena_spread_check, from its cache's slow paths). */
+HIDDEN extern unsigned narenas_live;
 HIDDEN void *arena_large_alloc(arena_t *a, size_t usize, size_t align, bool zero);
 HIDDEN void arena_large_dalloc(edata_t *e);
 HIDDEN void *arena_small_alloc(arena_t *a, szind_t ind, bool zero);
@@ -481,8 +491,22 @@ typedef struct {
   uint8_t reentrant;       /* inside a locked slow path (signal re-entry guard) */
   uint8_t in_hook;         /* inside an extent hook: allocations go to arena 0, uncached */
   struct ureserve_s *ureserve; /* regions reserved from one user arena (arenas_user.c) */
+  /* Arena spreading (arena.c): this thread's bin and extent lock acquisitions since its
+   * last look, and how many met contention; pinned: bound by thread.arena, never moved. */
+  uint32_t lk_ops, lk_waits;
+  uint8_t arena_pinned;
 } tsd_t;
 HIDDEN extern __thread tsd_t strata_tsd __attribute__((tls_model("initial-exec")));
+/* A bin or extent lock taken for this thread (waited: mtx_lock's result). */
+static inline void arena_tally(bool waited) {
+  strata_tsd.lk_ops++;
+  strata_tsd.lk_waits += waited;
+}
+#define ARENA_SPREAD_WINDOW 64 /* lock acquisitions per look */
+HIDDEN void arena_spread(tsd_t *tsd);
+static inline void arena_spread_check(tsd_t *tsd) {
+  if (unlikely(tsd->lk_ops >= ARENA_SPREAD_WINDOW)) arena_spread(tsd);
+}
 HIDDEN extern tcache_t tcache_empty;
 /* Free small regions carry tcache_key ^ address in their second word; malloc clears it.
  * free() finding its own tag there is a double free, reported at once. Random per
@@ -537,6 +561,7 @@ static inline bool ctl_bool_in(const void *newp, bool *out) {
 }
 HIDDEN ctl_handler_t tcache_ctl_total_max; /* opt.tcache_total_max */
 HIDDEN ctl_handler_t tcache_ctl_bytes;     /* stats.tcache_bytes */
+HIDDEN ctl_handler_t arena_ctl_nlive;      /* arenas.nlive (arena.c) */
 HIDDEN extern mtx_t tcache_list_lock;
 HIDDEN extern tcache_t *tcache_list;
 

@@ -131,7 +131,7 @@ unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, un
   uintptr_t *link = (uintptr_t *)head, mask = 0;
   unsigned got = 0;
 #define FILL_APPEND(r) (*link = (uintptr_t)(r) ^ mask, link = (uintptr_t *)(r), mask = key ^ (uintptr_t)(r))
-  mtx_lock(&bin->lock);
+  arena_tally(mtx_lock(&bin->lock));
   /* Regions other arenas' threads handed back (already counted as handed out): whole
    * chains in O(1), the last one cut if it is longer than what is still wanted. */
   while (got < n && bin->nrchain) {
@@ -265,7 +265,7 @@ static void bin_dalloc_runs_locked(arena_t *a, szind_t ind, slab_run_t *runs, un
 }
 
 void bin_dalloc_runs(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns) {
-  mtx_lock(&a->bins[ind].lock);
+  arena_tally(mtx_lock(&a->bins[ind].lock));
   bin_dalloc_runs_locked(a, ind, runs, nruns);
   mtx_unlock(&a->bins[ind].lock);
   arena_maybe_purge(a);
@@ -318,7 +318,7 @@ void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n
   bin_t *bin = &a->bins[ind];
   size_t cap = REMOTE_MAX_BYTES / bin_info[ind].size;
   if (cap < 64) cap = 64;
-  mtx_lock(&bin->lock);
+  mtx_lock(&bin->lock); /* not tallied: the allocating side's fills show the contention */
   if (bin->nrchain < sizeof(bin->rchain) / sizeof(bin->rchain[0])) {
     bin->rchain[bin->nrchain].head = head;
     bin->rchain[bin->nrchain].tail = tail;

@@ -35,11 +35,14 @@ size_t tcache_total;
 /* The GC looks at one bin every GC_INTERVAL fills and flushes. */
 #define GC_INTERVAL 32
 #define FLUSH_BUF 256
-/* A thread's first fill of a class brings at most this many bytes (at least one region):
- * 100 threads that each touch 20 classes of 1-14 KiB once would otherwise take 10
- * regions of each (wl_nativethreads: peak RSS 3x jemalloc's). Classes up to 320 B
- * start at the full half-bin fill, which the producer/consumer figure depends on. */
-#define FILL_INIT_BYTES ((size_t)32 << 10)
+/* A thread's first fill of a class above FILL_FULL_MAX brings at most this many bytes
+ * (at least one region); each further miss doubles it. 100 threads that each touch 20
+ * classes of 1-14 KiB once would otherwise take 10 regions of each (wl_nativethreads:
+ * peak RSS 3x jemalloc's); at 32 KiB, a JVM's 100 threads still held 10-13 MiB in
+ * first fills they never used (docs/design.md, "Threads and arenas"). Classes up to
+ * 320 B start at the full half-bin fill, which the producer/consumer figure depends on. */
+#define FILL_INIT_BYTES ((size_t)4 << 10)
+#define FILL_FULL_MAX 320
 
 void tcache_boot(void) {
   if (!opt.tcache || opt.junk != JUNK_NONE || opt.zero) {
@@ -62,7 +65,7 @@ void tcache_boot(void) {
       tbin_max[i] = TBIN_LARGE;
     }
     tbin_fill_max[i] = (uint16_t)(tbin_max[i] / 2 ? tbin_max[i] / 2 : 1);
-    size_t first = FILL_INIT_BYTES / sz_size[i];
+    size_t first = sz_size[i] <= FILL_FULL_MAX ? tbin_fill_max[i] : FILL_INIT_BYTES / sz_size[i];
     tbin_fill_init[i] = (uint16_t)(first < 1 ? 1 : first < tbin_fill_max[i] ? first : tbin_fill_max[i]);
     size_t nat = sz_size[i] & -sz_size[i];
     tbin_align_mask[i] = (uint32_t)((nat < os_page ? nat : os_page) - 1);
@@ -134,7 +137,7 @@ static NOINLINE bool flush_prof_class_ok(uint64_t e, szind_t ind) {
   edata_t *ed = rt_edata(e);
   if (!prof_on || !(e & RT_SLAB) || ed == NULL) return false;
   if (rt_szind(e) == ind + TBIN_PROF_OFF) return true;
-  return rt_szind(e) == 0 && ed->szind == ind && !arena_ind_is_user(ed->arena_ind);
+  return rt_szind(e) == 0 && ed->szind == ind && !arena_ind_is_user(edata_arena_ind(ed));
 }
 
 static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, uint32_t n, szind_t ind,
@@ -200,7 +203,11 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
       continue;
     }
     slab_run_t runs[FLUSH_BUF];
-    unsigned own = tc->arena ? tc->arena->ind + 1 : (unsigned)-1; /* an edata arena_id */
+    /* A thread that frees far more of this class than it allocates (a consumer) frees
+     * other threads' blocks: those go to their bin as a chain, as remote frees do, even
+     * when it shares their arena (arenas are shared until contention spreads them). */
+    bool consumer = b->nmalloc < b->ndalloc / 4;
+    unsigned own = tc->arena && !consumer ? tc->arena->ind + 1 : (unsigned)-1; /* an edata arena_id */
     flush_scan_t sc = bin_info[ind].pow2 ? flush_scan(p, n, ind, runs, own, false)
                                          : flush_scan(p, n, ind, runs, own, true);
     b->head = link_next(sc.last, ind);
@@ -252,6 +259,7 @@ static NOINLINE void tcache_gc_flush(tcache_t *tc, szind_t g, bool over) {
 static void tcache_event(tcache_t *tc, szind_t ind) {
   tc->events[ind] = 1;
   tcache_publish(tc, ind);
+  if (tc == strata_tsd.tcache) arena_spread_check(&strata_tsd); /* not an explicit cache */
   if (++tc->gc_ticks < tc->gc_every) return;
   tc->gc_ticks = 0;
   /* The global cap: published at every fill and flush (one atomic add), looked at on

@@ -11,9 +11,17 @@
 #include <string.h>
 #include <time.h>
 
+static void *main_array;
+
 static void *work(void *arg)
 {
     void **p = arg;
+    /* The second thread binds to arena 1, so that per-arena figures have two arenas to
+     * show (strata opens arenas only under contention, jemalloc from the start). */
+    int (*mctl)(const char *, void *, size_t *, void *, size_t) =
+        (int (*)(const char *, void *, size_t *, void *, size_t))dlsym(RTLD_DEFAULT, "mallctl");
+    unsigned one = 1;
+    if (arg != main_array && mctl) mctl("thread.arena", NULL, NULL, &one, sizeof one);
     for (int i = 0; i < 2000; i++) p[i] = malloc((size_t)(i % 300) * 16 + 8 + (i % 97 == 0 ? 100000 : 0));
     return NULL;
 }
@@ -23,6 +31,7 @@ static void out(void *opaque, const char *s) { fputs(s, (FILE *)opaque); }
 int main(int argc, char **argv)
 {
     static void *a[2000], *b[2000];
+    main_array = b; /* main stays where it is */
     pthread_t t;
     pthread_create(&t, NULL, work, a);
     work(b);
