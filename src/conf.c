@@ -17,6 +17,7 @@ opt_t opt = {
     .tcache_max = (size_t)32 << 10, /* jemalloc's default */
     .oversize_threshold = (size_t)8 << 20,
     .retain = true,
+    .arena_spread = false, /* off: a thread per arena up to narenas, as jemalloc (docs/design.md) */
     .junk = JUNK_NONE,
     .zero = false,
     .abort = false,
@@ -43,7 +44,7 @@ extern char **environ;
 #define MAX_NARENAS 4095 /* the rtree's edata keeps arena indices in 16 bits; one is the oversize arena */
 
 static const char *const known_keys =
-    "narenas, tcache, tcache_max, oversize_threshold, retain, junk, zero, abort, abort_conf, confirm_conf, "
+    "narenas, tcache, tcache_max, oversize_threshold, retain, arena_spread, junk, zero, abort, abort_conf, confirm_conf, "
     "dirty_decay_ms, muzzy_decay_ms, background_thread, max_background_threads, thp, metadata_thp, "
     "limit_headroom, stats_print, stats_print_opts, stats_file, stats_interval_ms, stats_metrics_detail, "
     "guard_sample_interval, commit_limit, tcache_total_max, prof, prof_active, prof_thread_active_init, "
@@ -344,6 +345,7 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
     } else {
       bool *dst = key_is(k, klen, "tcache")         ? &o->tcache
                   : key_is(k, klen, "retain")       ? &o->retain
+                  : key_is(k, klen, "arena_spread") ? &o->arena_spread
                   : key_is(k, klen, "zero")         ? &o->zero
                   : key_is(k, klen, "abort")        ? &o->abort
                   : key_is(k, klen, "abort_conf")   ? &o->abort_conf
@@ -406,6 +408,7 @@ void conf_print(const opt_t *o) {
                          ",tcache_max:", fmt_u64(b, o->tcache_max),
                          ",oversize_threshold:", fmt_u64(c, o->oversize_threshold),
                          ",retain:", o->retain ? "true" : "false",
+                         ",arena_spread:", o->arena_spread ? "true" : "false",
                          ",junk:", junk,
                          ",zero:", o->zero ? "true" : "false",
                          ",abort:", o->abort ? "true" : "false",

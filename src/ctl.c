@@ -569,6 +569,7 @@ static const ctl_node_t n_opt[] = {
     LEAF_C("cache_oblivious", CT_BOOL, &b_false, "see config.cache_oblivious"),
     LEAF_C("confirm_conf", CT_BOOL, &opt.confirm_conf, "print the options at start"),
     LEAF_C("retain", CT_BOOL, &opt.retain, "keep address space of purged extents"),
+    LEAF_C("arena_spread", CT_BOOL, &opt.arena_spread, "threads share arenas until lock contention opens more (strata)"),
     LEAF_C("dss", CT_STR, &str_disabled, "sbrk precedence: strata never uses sbrk"),
     LEAF_C("narenas", CT_UNSIGNED, &narenas, "ordinary arenas"),
     LEAF_C("percpu_arena", CT_STR, &str_disabled, "per-CPU arenas: not used"),

@@ -50,7 +50,8 @@ bool strata_init(void) {
   slab_boot();
   narenas = opt.narenas ? opt.narenas : 4 * os_ncpus;
   if (narenas > 4095) narenas = 4095;
-  narenas_live = opt.narenas ? narenas : 1; /* the default opens arenas on contention (arena.c) */
+  /* arena_spread opens arenas on contention (arena.c); otherwise all are live at once. */
+  narenas_live = opt.arena_spread && !opt.narenas ? 1 : narenas;
   tcache_boot();
   guard_boot();
   arenas = meta_alloc(sizeof(arena_t *) * ARENAS_MAX); /* user arenas follow the oversize one */

@@ -589,6 +589,7 @@ typedef struct {
   size_t tcache_max;
   size_t oversize_threshold;
   bool retain;
+  bool arena_spread;         /* threads share arenas until lock contention opens more */
   unsigned junk;             /* JUNK_* bits */
   bool zero;
   bool abort;
