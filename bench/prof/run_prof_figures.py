@@ -4,13 +4,13 @@
 - accuracy: prof_accuracy (f: 64 MiB in 1 KiB blocks, g: 16 MiB in 100 KiB, h: 1 MiB in
   64 B) at lg_prof_sample:14, read in both formats through jeprof, go tool pprof and
   `strata prof top`; targets: f and g within 10%, h within 35%.
-- unbiasedness: the same program at the default rate (2^19) over 20 runs (seeds), the mean
+- unbiasedness: the same program at the default rate (2^19) over 200 runs (seeds), the mean
   and spread of the estimates against sampling theory (relative sd ~ 1/sqrt(bytes/rate)).
 - overhead: CPU time (user+sys) of wl_churn and wl_server with prof:true at the default
   rate over prof:false (the median of --reps runs each).
 - leak: prof_leak with interval dumps; `strata prof diff FIRST LAST` top entry.
 - unwinders: bt_cost (libgcc vs frame-pointer walk).
-Usage: run_prof_figures.py [--build-dir build] [--reps 3] [--seeds 20] [--out bench/results]
+Usage: run_prof_figures.py [--build-dir build] [--reps 3] [--seeds 200] [--out bench/results]
 """
 
 from __future__ import annotations
@@ -96,23 +96,51 @@ def accuracy(build, tmp):
     return {"rows": rows, "rel_error": errs, "met": met}
 
 
+USABLE = {"f": 1024, "g": 114688, "h": 64}                        # usable sizes of the blocks
+NBLOCKS = {"f": (64 << 20) // 1024, "g": (16 << 20) // (100 * 1024), "h": (1 << 20) // 64}
+
+
+def raw_counts(path):
+    """Live samples per function, told apart by usable size (no symbolization)."""
+    _, stacks, _ = sprof.parse_heap_v2(open(path).read())
+    got = dict.fromkeys(FUNCS, 0)
+    for _addrs, co, cb, _ao, _ab in stacks:
+        for k in FUNCS:
+            if co and cb == co * USABLE[k]:
+                got[k] += co
+    return got
+
+
 def unbiased(build, tmp, seeds):
+    """Estimate / truth over many runs at the default rate, and the raw sample counts
+    against their expectation n p (p = 1 - exp(-usable / rate) per block): the mean's
+    distance from 1 in standard errors is what says biased or not, the spread against the
+    binomial one sqrt((1 - p) / (n p)) (1/sqrt(bytes/rate) is its Poisson limit)."""
+    rate = 1 << 19
     ests = {k: [] for k in FUNCS}
+    counts = {k: [] for k in FUNCS}
     truth = None
     for i in range(seeds):
         heap = os.path.join(tmp, f"seed{i}.heap")
         truth = run_acc(build, "prof:true", heap)
         e = est_strata(heap)
+        c = raw_counts(heap)
         for k in FUNCS:
             ests[k].append(e[k] / truth[k])
+            counts[k].append(c[k])
+        os.unlink(heap)
     out = {}
     for k in FUNCS:
         mean = statistics.mean(ests[k])
         sd = statistics.stdev(ests[k])
-        predicted = 1 / math.sqrt(truth[k] / (1 << 19))
-        out[k] = {"mean_ratio": mean, "sd": sd, "sd_predicted": predicted,
-                  "stderr_of_mean": sd / math.sqrt(seeds),
-                  "mean_within_3_stderr": abs(mean - 1) <= 3 * max(sd, 1e-9) / math.sqrt(seeds)}
+        p = 1 - math.exp(-USABLE[k] / rate)
+        n = NBLOCKS[k]
+        sd_bin = math.sqrt((1 - p) / (n * p))
+        out[k] = {"mean_ratio": mean, "sd": sd, "sd_predicted": 1 / math.sqrt(truth[k] / rate),
+                  "sd_binomial": sd_bin, "stderr_of_mean": sd_bin / math.sqrt(seeds),
+                  "z_of_mean": (mean - 1) / (sd_bin / math.sqrt(seeds)),
+                  "samples_mean": statistics.mean(counts[k]), "samples_expected": n * p,
+                  "mean_within_3_stderr": abs(mean - 1) <= 3 * sd_bin / math.sqrt(seeds)}
     return out
 
 
@@ -173,9 +201,11 @@ def write_md(res, path):
     L += ["", f"Targets met: {a['met']}", ""]
     u = res["unbiased"]
     L += [f"## Unbiasedness at the default rate (2^19), {res['seeds']} runs", "",
-          "| function | mean estimate / truth | sd | sd predicted 1/sqrt(bytes/rate) |", "|---|---|---|---|"]
+          "| function | mean estimate / truth | (mean - 1) / stderr | samples per run (expected n p) | sd | sd predicted (binomial; 1/sqrt(bytes/rate)) |",
+          "|---|---|---|---|---|---|"]
     for k in FUNCS:
-        L.append(f"| {k} | {u[k]['mean_ratio']:.3f} | {u[k]['sd']:.3f} | {u[k]['sd_predicted']:.3f} |")
+        L.append(f"| {k} | {u[k]['mean_ratio']:.3f} | {u[k]['z_of_mean']:+.2f} | {u[k]['samples_mean']:.2f} "
+                 f"({u[k]['samples_expected']:.2f}) | {u[k]['sd']:.3f} | {u[k]['sd_binomial']:.3f}; {u[k]['sd_predicted']:.3f} |")
     L += ["", "## Overhead of prof:true (default rate), CPU time, median of runs", "",
           "| workload | prof:false (s) | prof:true (s) | ratio |", "|---|---|---|---|"]
     for wl, o in res["overhead"].items():
@@ -196,7 +226,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--seeds", type=int, default=200)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--only", default="accuracy,unbiased,overhead,leak,unwinders")
     a = ap.parse_args()
