@@ -317,7 +317,7 @@ typedef struct {
   uint64_t *bm_spare;   /* one bitmap kept for the next slab (slabs come and go in pairs) */
   /* Regions freed by threads of other arenas, handed over as whole chains (tagged, still
    * in curregs); the next fill takes whole chains first. */
-  rchain_t rchain[8];
+  rchain_t rchain[32];
   uint32_t nrchain;
   uint32_t remote_count;
   size_t curregs;       /* regions handed out (to threads or caches) */
@@ -501,6 +501,11 @@ HIDDEN extern __thread tsd_t strata_tsd __attribute__((tls_model("initial-exec")
 static inline void arena_tally(bool waited) {
   strata_tsd.lk_ops++;
   strata_tsd.lk_waits += waited;
+}
+/* Only the wait: for fills, whose acquisitions the caller counts (a thread cache's at
+ * its GC visits, an uncached thread's in arena_small_alloc). */
+static inline void arena_tally_wait(bool waited) {
+  if (unlikely(waited)) strata_tsd.lk_waits++;
 }
 #define ARENA_SPREAD_WINDOW 64 /* lock acquisitions per look */
 HIDDEN void arena_spread(tsd_t *tsd);
