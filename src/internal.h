@@ -316,7 +316,9 @@ typedef struct {
   edata_t *spare;       /* one empty slab kept so bursts do not bounce slabs */
   uint64_t *bm_spare;   /* one bitmap kept for the next slab (slabs come and go in pairs) */
   /* Regions freed by threads of other arenas, handed over as whole chains (tagged, still
-   * in curregs); the next fill takes whole chains first. */
+   * in curregs); the next fill takes whole chains first. 32: a consumer's burst fills up
+   * to 16 producer batches' worth without merging chains past a fill's room, which a fill
+   * would have to cut by walking (docs/design.md, "Threads and arenas", third round). */
   rchain_t rchain[32];
   uint32_t nrchain;
   uint32_t remote_count;
