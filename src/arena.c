@@ -126,6 +126,7 @@ int arena_ctl_nlive(const size_t *mib, size_t miblen, void *oldp, size_t *oldlen
 
 void *arena_small_alloc(arena_t *a, szind_t ind, bool zero) {
   void *p;
+  strata_tsd.lk_ops++; /* the fill's bin lock (bin_fill_list_upto counts only its wait) */
   if (bin_fill(a, ind, &p, 1) == 0) return NULL;
   if (zero) memset(p, 0, sz_size[ind]);
   return p;

@@ -316,8 +316,10 @@ typedef struct {
   edata_t *spare;       /* one empty slab kept so bursts do not bounce slabs */
   uint64_t *bm_spare;   /* one bitmap kept for the next slab (slabs come and go in pairs) */
   /* Regions freed by threads of other arenas, handed over as whole chains (tagged, still
-   * in curregs); the next fill takes whole chains first. */
-  rchain_t rchain[8];
+   * in curregs); the next fill takes whole chains first. 32: a consumer's burst fills up
+   * to 16 producer batches' worth without merging chains past a fill's room, which a fill
+   * would have to cut by walking (docs/design.md, "Threads and arenas", third round). */
+  rchain_t rchain[32];
   uint32_t nrchain;
   uint32_t remote_count;
   size_t curregs;       /* regions handed out (to threads or caches) */
@@ -501,6 +503,11 @@ HIDDEN extern __thread tsd_t strata_tsd __attribute__((tls_model("initial-exec")
 static inline void arena_tally(bool waited) {
   strata_tsd.lk_ops++;
   strata_tsd.lk_waits += waited;
+}
+/* Only the wait: for fills, whose acquisitions the caller counts (a thread cache's at
+ * its GC visits, an uncached thread's in arena_small_alloc). */
+static inline void arena_tally_wait(bool waited) {
+  if (unlikely(waited)) strata_tsd.lk_waits++;
 }
 #define ARENA_SPREAD_WINDOW 64 /* lock acquisitions per look */
 HIDDEN void arena_spread(tsd_t *tsd);

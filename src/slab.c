@@ -131,7 +131,7 @@ unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, un
   uintptr_t *link = (uintptr_t *)head, mask = 0;
   unsigned got = 0;
 #define FILL_APPEND(r) (*link = (uintptr_t)(r) ^ mask, link = (uintptr_t *)(r), mask = key ^ (uintptr_t)(r))
-  arena_tally(mtx_lock(&bin->lock));
+  arena_tally_wait(mtx_lock(&bin->lock)); /* acquisitions: counted by the caller */
   /* Regions other arenas' threads handed back (already counted as handed out): whole
    * chains in O(1), the last one cut if it is longer than what is still wanted. */
   while (got < n && bin->nrchain) {

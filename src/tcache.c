@@ -259,9 +259,15 @@ static NOINLINE void tcache_gc_flush(tcache_t *tc, szind_t g, bool over) {
 static void tcache_event(tcache_t *tc, szind_t ind) {
   tc->events[ind] = 1;
   tcache_publish(tc, ind);
-  if (tc == strata_tsd.tcache) arena_spread_check(&strata_tsd); /* not an explicit cache */
   if (++tc->gc_ticks < tc->gc_every) return;
   tc->gc_ticks = 0;
+  /* Arena spreading (arena.c): a cache's fills count their lock waits only; its lock
+   * acquisitions are counted here, one per fill or flush since the last visit, so the
+   * producer/consumer figure pays nothing per fill for the tally. Not explicit caches. */
+  if (tc == strata_tsd.tcache) {
+    strata_tsd.lk_ops += tc->gc_every;
+    arena_spread_check(&strata_tsd);
+  }
   /* The global cap: published at every fill and flush (one atomic add), looked at on
    * GC visits only. Over it, every event is a GC visit that empties the bin it visits,
    * busy or not, so many threads' caches shrink together until they fit. */
