@@ -411,8 +411,8 @@ HIDDEN extern mtx_t arenas_lock;
 HIDDEN arena_t *arena_get(unsigned ind); /* creates on first use; NULL on OOM */
 HIDDEN arena_t *arena_choose(void);       /* least loaded of the live ones, binds the thread */
 HIDDEN void arena_unbind(arena_t *a);
-/* Arenas in use grow with contention: threads bind to the first narenas_live (atomic)
- * ordinary arenas, 1 at start unless opt.narenas is set (then all of them). A thread
+/* Threads bind to the first narenas_live (atomic) ordinary arenas: all of them, or with
+ * opt.arena_spread (and no opt.narenas) 1 at start, growing with contention. A thread
  * whose bin and extent locks keep meeting contention moves to a less loaded arena, or
  * opens the next one (arena_spread_check, from its cache's slow paths). */
 HIDDEN extern unsigned narenas_live;

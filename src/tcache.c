@@ -205,7 +205,7 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
     slab_run_t runs[FLUSH_BUF];
     /* A thread that frees far more of this class than it allocates (a consumer) frees
      * other threads' blocks: those go to their bin as a chain, as remote frees do, even
-     * when it shares their arena (arenas are shared until contention spreads them). */
+     * when it shares their arena (with arena_spread, threads share arenas until contention). */
     bool consumer = b->nmalloc < b->ndalloc / 4;
     unsigned own = tc->arena && !consumer ? tc->arena->ind + 1 : (unsigned)-1; /* an edata arena_id */
     flush_scan_t sc = bin_info[ind].pow2 ? flush_scan(p, n, ind, runs, own, false)
