@@ -101,18 +101,6 @@ static void arena_reset_locked(arena_t *a) {
 #define CTL_VOID() \
   if (newp != NULL || newlen != 0 || oldp != NULL || oldlenp != NULL) return EPERM
 
-/* jemalloc's READ: a wrong *oldlenp copies what fits and answers EINVAL. */
-static int ctl_out(void *oldp, size_t *oldlenp, const void *v, size_t len) {
-  if (oldp == NULL || oldlenp == NULL) return 0;
-  if (*oldlenp != len) {
-    size_t n = *oldlenp < len ? *oldlenp : len;
-    memcpy(oldp, v, n);
-    *oldlenp = n;
-    return EINVAL;
-  }
-  memcpy(oldp, v, len);
-  return 0;
-}
 
 int au_arenas_create(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
                            size_t newlen) {
@@ -155,7 +143,7 @@ int au_arenas_create(const size_t *mib, size_t miblen, void *oldp, size_t *oldle
   __atomic_store_n(&a->hooks, h, __ATOMIC_RELEASE);
   __atomic_store_n(&a->destroyed, 0, __ATOMIC_RELEASE);
   mtx_unlock(&a->elock);
-  return ctl_out(oldp, oldlenp, &ind, sizeof(ind));
+  return ctl_copy_out(oldp, oldlenp, &ind, sizeof(ind));
 }
 
 
@@ -229,7 +217,7 @@ int au_arena_initialized(const size_t *mib, size_t miblen, void *oldp, size_t *o
   } else {
     return EFAULT;
   }
-  return ctl_out(oldp, oldlenp, &init, sizeof(init));
+  return ctl_copy_out(oldp, oldlenp, &init, sizeof(init));
 }
 
 int au_arena_extent_hooks(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
@@ -246,7 +234,7 @@ int au_arena_extent_hooks(const size_t *mib, size_t miblen, void *oldp, size_t *
     old = __atomic_exchange_n(&a->hooks, h == &ehooks_default ? NULL : h, __ATOMIC_ACQ_REL);
   }
   if (old == NULL) old = &ehooks_default;
-  return ctl_out(oldp, oldlenp, &old, sizeof(old));
+  return ctl_copy_out(oldp, oldlenp, &old, sizeof(old));
 }
 
 /* thread.arena: reading binds the thread (as jemalloc does); writing moves it. A thread
@@ -276,7 +264,7 @@ int au_thread_arena(const size_t *mib, size_t miblen, void *oldp, size_t *oldlen
       }
     }
   }
-  return ctl_out(oldp, oldlenp, &old, sizeof(old));
+  return ctl_copy_out(oldp, oldlenp, &old, sizeof(old));
 }
 
 int au_tcache_create(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
@@ -287,7 +275,7 @@ int au_tcache_create(const size_t *mib, size_t miblen, void *oldp, size_t *oldle
   if (oldp == NULL || oldlenp == NULL || *oldlenp != sizeof(unsigned)) return EINVAL;
   unsigned ind;
   int err = tcache_explicit_create(&ind);
-  return err ? err : ctl_out(oldp, oldlenp, &ind, sizeof(ind));
+  return err ? err : ctl_copy_out(oldp, oldlenp, &ind, sizeof(ind));
 }
 
 static int tcache_write(void *oldp, size_t *oldlenp, void *newp, size_t newlen, bool destroy) {

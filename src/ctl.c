@@ -291,7 +291,7 @@ static size_t type_size(unsigned t) {
 }
 
 /* jemalloc's rule: a length that is not the type's size copies what fits and is EINVAL. */
-static int ctl_copy_out(void *oldp, size_t *oldlenp, const void *val, size_t len) {
+int ctl_copy_out(void *oldp, size_t *oldlenp, const void *val, size_t len) {
   if (oldp == NULL || oldlenp == NULL) return 0;
   if (*oldlenp != len) {
     size_t n = *oldlenp < len ? *oldlenp : len;

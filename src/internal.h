@@ -714,6 +714,8 @@ HIDDEN void ureserve_thread_exit(tsd_t *tsd);
 HIDDEN void bin_return_chain(arena_t *a, szind_t ind, void *head, uint64_t gen); /* flush and give up the thread's cache */
 HIDDEN NORETURN void strata_bad_flag(const char *func, const char *what, unsigned ind);
 HIDDEN int ctl_rw(void *oldp, size_t *oldlenp, void *newp, size_t newlen, const void *val, size_t len);
+/* jemalloc's READ: a *oldlenp that is not len copies what fits and is EINVAL (ctl.c). */
+HIDDEN int ctl_copy_out(void *oldp, size_t *oldlenp, const void *val, size_t len);
 /* decay.c */
 HIDDEN ctl_handler_t ctl_arena_decay, ctl_arena_purge, ctl_arena_dirty_decay_ms, ctl_arena_muzzy_decay_ms,
     ctl_arenas_dirty_decay_ms, ctl_arenas_muzzy_decay_ms, ctl_opt_dirty_decay_ms, ctl_opt_muzzy_decay_ms,

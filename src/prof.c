@@ -670,23 +670,12 @@ void prof_postfork(bool child) {
 }
 
 /* ---------------------------------------------------------------- mallctl handlers */
-static int rd(void *oldp, size_t *oldlenp, const void *v, size_t len) {
-  if (oldp == NULL || oldlenp == NULL) return 0;
-  if (*oldlenp != len) {
-    size_t n = *oldlenp < len ? *oldlenp : len;
-    memcpy(oldp, v, n);
-    *oldlenp = n;
-    return EINVAL;
-  }
-  memcpy(oldp, v, len);
-  return 0;
-}
 
 /* A read-write bool: reads the old value, then writes the new one. */
 static int rw_bool(bool *var, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
   bool old = __atomic_load_n(var, __ATOMIC_RELAXED);
   if (newp != NULL && newlen != sizeof(bool)) return EINVAL;
-  int r = rd(oldp, oldlenp, &old, sizeof(old));
+  int r = ctl_copy_out(oldp, oldlenp, &old, sizeof(old));
   if (r) return r;
   bool v;
   if (newp != NULL && !ctl_bool_in(newp, &v)) return EINVAL;
@@ -769,7 +758,7 @@ int prof_ctl_lg_sample(const size_t *mib, size_t miblen, void *oldp, size_t *old
   NEED_PROF();
   RO(newp);
   size_t v = __atomic_load_n(&prof_lg_sample_now, __ATOMIC_RELAXED);
-  return rd(oldp, oldlenp, &v, sizeof(v));
+  return ctl_copy_out(oldp, oldlenp, &v, sizeof(v));
 }
 
 int prof_ctl_interval(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
@@ -777,7 +766,7 @@ int prof_ctl_interval(const size_t *mib, size_t miblen, void *oldp, size_t *oldl
   NEED_PROF();
   RO(newp);
   uint64_t v = prof_opt.lg_interval >= 0 ? (uint64_t)1 << prof_opt.lg_interval : 0;
-  return rd(oldp, oldlenp, &v, sizeof(v));
+  return ctl_copy_out(oldp, oldlenp, &v, sizeof(v));
 }
 
 int prof_ctl_thread_name(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
@@ -785,7 +774,7 @@ int prof_ctl_thread_name(const size_t *mib, size_t miblen, void *oldp, size_t *o
   (void)mib, (void)miblen;
   NEED_PROF();
   const char *cur = prof_td.name;
-  int r = rd(oldp, oldlenp, &cur, sizeof(cur));
+  int r = ctl_copy_out(oldp, oldlenp, &cur, sizeof(cur));
   if (r) return r;
   if (newp != NULL) {
     if (newlen != sizeof(const char *)) return EINVAL;
@@ -826,7 +815,7 @@ int prof_ctl_thread_active(const size_t *mib, size_t miblen, void *oldp, size_t 
     if (!strata_ready && strata_init()) return EAGAIN; \
     RO(newp); \
     type v = (expr); \
-    return rd(oldp, oldlenp, &v, sizeof(v)); \
+    return ctl_copy_out(oldp, oldlenp, &v, sizeof(v)); \
   }
 OPT_HANDLER(prof_ctl_opt_prof, bool, prof_opt.prof)
 OPT_HANDLER(prof_ctl_opt_prof_active, bool, prof_opt.active)
