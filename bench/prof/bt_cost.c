@@ -1,13 +1,21 @@
 /*
- * bt_cost.c - why strata's profiler unwinds with libgcc: the cost per backtrace and the
- * depth found by libgcc's _Unwind_Backtrace (.eh_frame) and by a frame-pointer walk, at
+ * bt_cost.c - the cost per backtrace and the depth found by strata's unwinder
+ * (strata_backtrace: .eh_frame rules cached per return address), libgcc's
+ * _Unwind_Backtrace (.eh_frame, interpreted for every frame) and a frame-pointer walk, at
  * the end of a 24-deep call chain built with frame pointers and of the same chain built
- * without them (Debian's default for -O2 code). Prints JSON.
+ * without them (Debian's default for -O2 code). Linked with libstrata.a. Prints JSON;
+ * `bt_cost count CHAIN UNWINDER N` takes N backtraces (after one to warm the cache), for
+ * callgrind's instruction counts (run_prof_figures.py: N = 0 and N = 1000).
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unwind.h>
+
+/* libstrata.a's (hidden) strata_backtrace with the unwinder chosen: 0 strata's, 1 libgcc. */
+unsigned strata_backtrace_mode(uintptr_t *frames, unsigned max, int mode);
 
 #define DEPTH 24
 #define MAXF 64
@@ -42,6 +50,9 @@ static __attribute__((noinline, optimize("no-omit-frame-pointer"))) int bt_fp(ui
   return n;
 }
 
+static __attribute__((noinline)) int bt_strata(uintptr_t *f) { return (int)strata_backtrace_mode(f, MAXF, 0); }
+static __attribute__((noinline)) int bt_strata_libgcc(uintptr_t *f) { return (int)strata_backtrace_mode(f, MAXF, 1); }
+
 static volatile int sink;
 typedef int (*bt_fn)(uintptr_t *);
 #define CHAIN(attr, name)                                                 \
@@ -71,12 +82,39 @@ static void measure(const char *chain, int (*c)(int, bt_fn, uintptr_t *), const 
          "\"ns_per_backtrace\": %.0f}%s\n", chain, how, depth, DEPTH + 2, ns, last ? "" : ",");
 }
 
-int main(void) {
+typedef struct {
+  const char *name;
+  int (*chain)(int, bt_fn, uintptr_t *);
+} chain_t;
+static const chain_t chains[] = {{"frame_pointers", chain_fp}, {"no_frame_pointers", chain_nofp}};
+typedef struct {
+  const char *name;
+  bt_fn fn;
+} unw_t;
+static const unw_t unws[] = {{"strata", bt_strata}, {"strata_libgcc", bt_strata_libgcc},
+                             {"libgcc", bt_libgcc}, {"fp_walk", bt_fp}};
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+int main(int argc, char **argv) {
+  if (argc == 5 && strcmp(argv[1], "count") == 0) {
+    const chain_t *c = NULL;
+    const unw_t *u = NULL;
+    for (size_t i = 0; i < N(chains); i++) if (strcmp(argv[2], chains[i].name) == 0) c = &chains[i];
+    for (size_t i = 0; i < N(unws); i++) if (strcmp(argv[3], unws[i].name) == 0) u = &unws[i];
+    if (c == NULL || u == NULL) {
+      fprintf(stderr, "bt_cost count: CHAIN is frame_pointers or no_frame_pointers, UNWINDER strata, strata_libgcc, libgcc or fp_walk\n");
+      return 2;
+    }
+    uintptr_t f[MAXF];
+    long n = atol(argv[4]);
+    c->chain(DEPTH, u->fn, f);
+    for (long i = 0; i < n; i++) c->chain(DEPTH, u->fn, f);
+    return 0;
+  }
   printf("[\n");
-  measure("frame_pointers", chain_fp, "libgcc", bt_libgcc, 0);
-  measure("frame_pointers", chain_fp, "fp_walk", bt_fp, 0);
-  measure("no_frame_pointers", chain_nofp, "libgcc", bt_libgcc, 0);
-  measure("no_frame_pointers", chain_nofp, "fp_walk", bt_fp, 1);
+  for (size_t i = 0; i < N(chains); i++)
+    for (size_t j = 0; j < N(unws); j++)
+      measure(chains[i].name, chains[i].chain, unws[j].name, unws[j].fn, i + 1 == N(chains) && j + 1 == N(unws));
   printf("]\n");
   return 0;
 }

@@ -5,7 +5,7 @@
 #define BT_PAD 200
 #endif
 typedef int (*bt_leaf_fn)(void *);
-static volatile int bt_lib_sink;
+static _Thread_local volatile int bt_lib_sink;
 __attribute__((noinline)) int bt_lib_chain(int depth, bt_leaf_fn leaf, void *arg) {
   volatile char pad[BT_PAD];
   pad[0] = (char)depth;

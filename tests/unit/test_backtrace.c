@@ -47,7 +47,7 @@ static void dump(const char *what, const both_t *b) {
            i < b->n[1] ? (unsigned long)b->f[1][i] : 0UL);
 }
 
-static volatile int sink;
+static _Thread_local volatile int sink; /* per thread: no race for TSan */
 typedef int (*leaf_fn)(void *);
 #define CHAIN(attr, name)                                     \
   static attr int name(int d, leaf_fn leaf, void *arg) {      \
