@@ -450,7 +450,8 @@ static int find_cb(struct dl_phdr_info *info, size_t size, void *arg) {
     else if (ph->p_type == PT_LOAD && pc - (info->dlpi_addr + ph->p_vaddr) < ph->p_memsz) seg = ph;
   }
   if (seg == NULL) return 0;
-  f->rule = hdr != NULL ? rule_from_hdr((const uint8_t *)(info->dlpi_addr + hdr->p_vaddr), f->ra) : R_END;
+  /* No table (a static program's frames may be registered with libgcc instead): libgcc. */
+  f->rule = hdr != NULL ? rule_from_hdr((const uint8_t *)(info->dlpi_addr + hdr->p_vaddr), f->ra) : R_HARD;
   if (f->rule == R_END && (seg->p_flags & PF_X)) {
     uintptr_t end = info->dlpi_addr + seg->p_vaddr + seg->p_memsz;
     if (f->ra + sizeof sigreturn_code <= end && memcmp((const void *)f->ra, sigreturn_code, sizeof sigreturn_code) == 0)
@@ -460,7 +461,8 @@ static int find_cb(struct dl_phdr_info *info, size_t size, void *arg) {
 }
 
 static NOINLINE uint64_t bt_compute(uintptr_t ra, uint64_t gen) {
-  find_t f = {ra, R_END}; /* in no object: libgcc stops there too */
+  /* In no object: JIT code, whose FDEs libgcc may know (__register_frame), or garbage. */
+  find_t f = {ra, R_HARD};
   dl_iterate_phdr(find_cb, &f);
   __atomic_add_fetch(&strata_bt_stats[0], 1, __ATOMIC_RELAXED);
   if ((f.rule & 3) == R_HARD) __atomic_add_fetch(&strata_bt_stats[3], 1, __ATOMIC_RELAXED);
@@ -487,7 +489,7 @@ strata_bt_walk(_Unwind_Trace_Fn fn, void *arg, uintptr_t ra, uintptr_t sp, uintp
     }
     if (bt_take(s, ra) || kind == R_END) break;
     uintptr_t cfa = ((r & R_CFA_RBP) ? bp : sp) + (intptr_t)(int32_t)(r >> 32);
-    if (cfa <= sp) { /* a CFA that does not grow: another stack, or garbage */
+    if (cfa <= sp || (cfa & 7)) { /* a CFA that does not grow: another stack, or garbage */
       s->fallback = true;
       break;
     }
