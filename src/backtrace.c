@@ -470,6 +470,14 @@ static NOINLINE uint64_t bt_compute(uintptr_t ra, uint64_t gen) {
   return f.rule;
 }
 
+/* The rule of return address ra, computed afresh (tests/unit/bt_rules_check.py compares
+ * it with readelf's table of every FDE row). */
+HIDDEN uint64_t strata_bt_rule_of(uintptr_t ra) {
+  find_t f = {ra, R_HARD};
+  dl_iterate_phdr(find_cb, &f);
+  return f.rule;
+}
+
 /* ---------------------------------------------------------------- the walk */
 /* Entered from strata_bt_fast with the caller's return address, rsp and rbp: the frames
  * libgcc's _Unwind_Backtrace would give from the same call site, or s->fallback. */

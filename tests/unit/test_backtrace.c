@@ -251,11 +251,47 @@ static void test_threads(void) {
   signal(SIGUSR2, SIG_DFL);
 }
 
-int main(void) {
+/* `unit_backtrace rules LIB`: LIB's load address, then for each hex offset read from
+ * stdin (a return address less the load address) the rule strata computes for it:
+ * "kind cfa_reg cfa_off rbp_saved rbp_off ra_undefined" (bt_rules_check.py). */
+HIDDEN uint64_t strata_bt_rule_of(uintptr_t ra);
+static const char *rules_lib;
+static uintptr_t rules_base;
+static int base_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  (void)arg;
+  const char *n = info->dlpi_name, *slash = strrchr(n, '/');
+  const char *want = strrchr(rules_lib, '/') ? strrchr(rules_lib, '/') + 1 : rules_lib;
+  if (strcmp(slash ? slash + 1 : n, want) == 0 || (want[0] == '-' && n[0] == '\0')) {
+    rules_base = info->dlpi_addr;
+    return 1;
+  }
+  return 0;
+}
+
+static int rules_main(const char *lib) {
+  rules_lib = lib;
+  if (strcmp(lib, "-") != 0 && dlopen(lib, RTLD_NOW | RTLD_NOLOAD) == NULL && dlopen(lib, RTLD_NOW) == NULL) {
+    printf("dlopen %s: %s\n", lib, dlerror());
+    return 1;
+  }
+  dl_iterate_phdr(base_cb, NULL);
+  printf("base %#lx\n", (unsigned long)rules_base);
+  unsigned long off;
+  while (scanf("%lx", &off) == 1) {
+    uint64_t r = strata_bt_rule_of(rules_base + off);
+    printf("%lx %u %s %d %d %d %d\n", off, (unsigned)(r & 3), (r & 4) ? "rbp" : "rsp", (int)(int32_t)(r >> 32),
+           (r & 8) ? 1 : 0, (int)(int16_t)(r >> 16), (r & 16) ? 1 : 0);
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
 #if !defined(__x86_64__) || !defined(__linux__)
   printf("SKIP: the fast unwinder is x86_64 Linux only\n");
   return 77;
 #endif
+  if (argc == 3 && strcmp(argv[1], "rules") == 0) return rules_main(argv[2]);
   setvbuf(stdout, NULL, _IONBF, 0);
   RUN(test_exe_chains);
   RUN(test_dlopen_chain);
