@@ -370,8 +370,7 @@ static uint64_t rule_from_fde(const uint8_t *fde, uintptr_t ra, bool *covered) {
         uint8_t penc = *c++;
         uintptr_t dummy;
         if (!read_enc(&c, penc & 0x7f, 0, &dummy)) return R_HARD;
-      } else if (*a == 'S') return R_HARD; /* a signal frame: libgcc's business */
-      else break;                          /* the rest is known only by its length */
+      } else return R_HARD; /* 'S', a signal frame: libgcc's business; or unknown */
     }
     c = aend;
   }
@@ -528,6 +527,10 @@ __asm__(".text\n"
 #define BT_FAST 1
 #else
 #define BT_FAST 0
+HIDDEN uint64_t strata_bt_rule_of(uintptr_t ra) {
+  (void)ra;
+  return 3; /* hard: libgcc's */
+}
 #endif
 
 typedef _Unwind_Reason_Code (*bt_unwind_fn)(_Unwind_Trace_Fn, void *);
@@ -535,6 +538,7 @@ typedef _Unwind_Reason_Code (*bt_unwind_fn)(_Unwind_Trace_Fn, void *);
 /* One call site for both unwinders (the loop is not unrolled: fn is opaque). */
 static NOINLINE __attribute__((noclone)) void bt_unwind(bt_state_t *s, int mode) {
   bt_unwind_fn fn = _Unwind_Backtrace;
+  (void)mode;
 #if BT_FAST
   if (mode == 0 &&
       !__atomic_load_n(&bt_counts_missing, __ATOMIC_RELAXED))
