@@ -9,7 +9,7 @@
 - overhead: CPU time (user+sys) of wl_churn and wl_server with prof:true at the default
   rate over prof:false (the median of --reps runs each).
 - leak: prof_leak with interval dumps; `strata prof diff FIRST LAST` top entry.
-- unwinders: bt_cost (libgcc vs frame-pointer walk).
+- unwinders: bt_cost (strata's unwinder vs libgcc vs frame-pointer walk; ns, and instructions under callgrind).
 Usage: run_prof_figures.py [--build-dir build] [--reps 3] [--seeds 200] [--out bench/results]
 """
 
@@ -186,9 +186,23 @@ def leak(build, tmp):
             "second": [r[0][0] for r in rows[1:]], "met": top == "session_cache_insert"}
 
 
+def bt_instructions(prog, chain, unwinder, n):
+    """callgrind's instruction count of `bt_cost count CHAIN UNWINDER n`."""
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", prog, "count",
+                          chain, unwinder, str(n)], capture_output=True, text=True, check=True).stderr
+    return int(re.search(r"refs:\s*([\d,]+)", out).group(1).replace(",", ""))
+
+
 def unwinders(build):
-    out = subprocess.run([os.path.join(build, "bench", "bt_cost")], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
+    prog = os.path.join(build, "bench", "bt_cost")
+    out = subprocess.run([prog], capture_output=True, text=True, check=True)
+    rows = json.loads(out.stdout)
+    if shutil.which("valgrind"):  # instructions per backtrace, the chain's calls included
+        for r in rows:
+            n = 1000
+            r["instructions_per_backtrace"] = (bt_instructions(prog, r["chain"], r["unwinder"], n) -
+                                               bt_instructions(prog, r["chain"], r["unwinder"], 0)) / n
+    return rows
 
 
 def write_md(res, path):
@@ -215,9 +229,11 @@ def write_md(res, path):
           f"`strata prof diff` first vs last of {lk.get('interval_dumps')} interval dumps: top entry "
           f"`{lk.get('top')}` (+{lk.get('growth_bytes', 0) / 1048576:.1f} MiB); met: {lk.get('met')}", "",
           "## Unwinders (bench/prof/bt_cost, 24-deep chain)", "",
-          "| chain | unwinder | frames found | ns per backtrace |", "|---|---|---|---|"]
+          "| chain | unwinder | frames found | ns per backtrace | instructions per backtrace |", "|---|---|---|---|---|"]
     for r in res["unwinders"]:
-        L.append(f"| {r['chain']} | {r['unwinder']} | {r['frames_found']} | {r['ns_per_backtrace']:.0f} |")
+        ins = r.get("instructions_per_backtrace")
+        L.append(f"| {r['chain']} | {r['unwinder']} | {r['frames_found']} | {r['ns_per_backtrace']:.0f} | "
+                 f"{'-' if ins is None else f'{ins:.0f}'} |")
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
 

@@ -37,6 +37,8 @@ def parse(path):
                 cur = {"kind": "FDE", "cie": cie, "lo": int(lo, 16), "hi": int(hi, 16), "rows": [], "cols": None}
                 fdes.append(cur)
             continue
+        if "ZERO terminator" in line:
+            cur = None
         if cur is None:
             continue
         f = line.split()
