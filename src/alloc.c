@@ -275,6 +275,11 @@ static NOINLINE void *malloc_slow(size_t size) {
         return p;
       }
     }
+  } else if (unlikely(prof_on) && size <= SZ_LOOKUP_MAX && likely(strata_tsd.state == TSD_ACTIVE) &&
+             !strata_tsd.reentrant && !strata_tsd.in_hook) {
+    /* Heap profiling: the class's stash bin becomes its bin when the countdown allows. */
+    void *p = tcache_prof_refill(strata_tsd.tcache, sz_lookup_read(size));
+    if (likely(p != NULL)) return p;
   }
   tsd_t *tsd = tsd_fetch();
   szind_t ind = sz_size2index(size);
