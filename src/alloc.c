@@ -368,7 +368,10 @@ static inline void free_sized_impl(void *p, size_t size, const char *func) {
   uint64_t *slot = rtree_slot((uintptr_t)p);
   if (likely(slot != NULL && size <= SZ_LOOKUP_MAX)) {
     size_t ind = rt_szind(__atomic_load_n(slot, __ATOMIC_RELAXED));
-    if (likely(ind == sz_lookup_read(size)) && likely(free_fast(p, ind))) return;
+    /* prof:true: a small class's slabs carry ind + TBIN_PROF_OFF (its stash bin), which
+     * prof:false never writes; tested only when the first compare fails. */
+    size_t want = sz_lookup_read(size);
+    if ((likely(ind == want) || ind == want + TBIN_PROF_OFF) && likely(free_fast(p, ind))) return;
   }
   sized_free_slow(p, size, 0, true, func);
 }

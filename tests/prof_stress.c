@@ -376,7 +376,18 @@ TEST(test_prof_cached_classes_sample_at_the_rate) {
  * not by sampling: 7,869 (sd 69) and 1,790 (sd 40) samples expected. Checked against a
  * swap that did not spend its blocks' bytes from the countdown (6,312 of the 512-byte
  * blocks) and one that spent a block too few per swap (7,454). */
-TEST(test_prof_stash_swaps_sample_at_the_rate) {
+typedef enum { FREE_PLAIN, FREE_SIZED, FREE_SDALLOCX } free_kind_t;
+static void free_by(free_kind_t k, void *p, size_t sz) {
+  if (k == FREE_SIZED) {
+    free_sized(p, sz);
+  } else if (k == FREE_SDALLOCX) {
+    sdallocx(p, sz, 0);
+  } else {
+    free(p);
+  }
+}
+
+static void stash_swaps_sample_at_the_rate(free_kind_t kind) {
   enum { N = 20000, R = 8 };
   static void *b[2 * N];
   void *t[R];
@@ -388,15 +399,24 @@ TEST(test_prof_stash_swaps_sample_at_the_rate) {
     for (int k = 0; k < R; k++) t[k] = malloc(sz);
     b[i] = t[(i / 2) % R];
     for (int k = 0; k < R; k++)
-      if (t[k] != b[i]) free(t[k]);
+      if (t[k] != b[i]) free_by(kind, t[k], sz);
   }
   dump_totals(&objs, &bytes);
   long n512 = ((long)bytes - 96 * (long)objs) / 416, n96 = (long)objs - n512;
   CHECK(n512 > 7869 - 5 * 69 && n512 < 7869 + 5 * 69, "%ld samples of 20,000 kept 512-byte blocks (expected 7,869)", n512);
   CHECK(n96 > 1790 - 5 * 40 && n96 < 1790 + 5 * 40, "%ld samples of 20,000 kept 96-byte blocks (expected 1,790)", n96);
-  for (int i = 0; i < 2 * N; i++) free(b[i]);
+  for (int i = 0; i < 2 * N; i++) free_by(kind, b[i], i % 2 ? 96 : 512);
   dump_totals(&objs, &bytes);
   CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
+}
+
+TEST(test_prof_stash_swaps_sample_at_the_rate) { stash_swaps_sample_at_the_rate(FREE_PLAIN); }
+
+/* Sized frees take free's fast path into the stash bins (the rtree's class is the stash
+ * bin's): the same counts, and every sampled block freed by size leaves the live set. */
+TEST(test_prof_sized_frees_sample_at_the_rate) {
+  stash_swaps_sample_at_the_rate(FREE_SIZED);
+  stash_swaps_sample_at_the_rate(FREE_SDALLOCX);
 }
 
 int main(int argc, char **argv) { return check_main(argc, argv); }
