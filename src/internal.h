@@ -779,9 +779,8 @@ HIDDEN unsigned prof_fill_limit(szind_t ind, unsigned want); /* takes the first;
 HIDDEN void prof_credit_return(szind_t ind, size_t bytes); /* reserved bytes of class ind not popped */
 /* The thread's countdowns (bytes to its next sample per cached class; prof.c). */
 HIDDEN extern __thread int64_t prof_cd[TCACHE_NBINS_MAX] __attribute__((tls_model("initial-exec")));
-/* A malloc fast-path miss of small class ind: the whole stash bin becomes the bin when its
- * bytes fit before the class's sampling point (NULL: take the usual slow path). */
-HIDDEN void *tcache_prof_refill(tcache_t *tc, szind_t ind);
+/* alloc.c's stash swap (malloc_prof_miss) reached its GC tick: the cache's GC visit. */
+HIDDEN void tcache_prof_gc_tick(tcache_t *tc, szind_t ind);
 HIDDEN extern bool prof_want_thread;            /* the dump thread is to be created */
 HIDDEN void prof_free_hook(void);               /* a free's slow path, outside strata: may malloc */
 /* tcache.c, for the profiler: small frees go to the stash bins, large ones to a per-class

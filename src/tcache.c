@@ -381,35 +381,10 @@ void tcache_prof_stash_small(tcache_t *tc, szind_t ind, void *p) {
   sb->avail--;
 }
 
-/* A malloc fast-path miss of small class ind with prof:true (malloc_slow): when the bin is
- * empty and every byte of its stash bin fits before the class's sampling point (the
- * countdown is above them: none of these blocks holds it), the stash becomes the bin as a
- * whole list, in O(1), with the most recently freed block first, as prof:false's LIFO
- * would pop it, and its bytes are spent from the countdown as prof_fill_limit would spend
- * them block by block (c > n s exactly when each of the n blocks finds c above its size).
- * No arena, no publishing of the bin's count (the GC's visits and the arena fills
- * publish), a GC tick as any fill. NULL: the usual slow path (the countdown not drawn or
- * too near, an empty stash, a class not cached). */
-void *tcache_prof_refill(tcache_t *tc, szind_t ind) {
-  /* A class not cached (ind >= tcache_nbins) has tbin_max 0 and a stash bin of room 0:
-   * n is 0 there too. */
-  tbin_t *b = &tc->bins[ind], *sb = &tc->bins[ind + TBIN_PROF_OFF];
-  uint32_t n = stash_count(sb, ind);
-  int64_t c = prof_cd[ind], bytes = (int64_t)n * (int64_t)sz_size[ind];
-  if (n == 0 || c <= bytes || b->head != NULL) return NULL;
-  void *p = sb->head;
-  if (unlikely(!link_plausible(p))) strata_heap_corruption(p, ind);
-  prof_cd[ind] = c - bytes;
-  b->head = link_next(p, ind);
-  b->avail -= n - 1;
-  b->nmalloc++;
-  sb->head = NULL;
-  sb->avail = stash_cap(ind);
-  TAG_WORD(p) = 0; /* allocated: untagged */
-  tc->events[ind] = 1;
-  if (unlikely(tc->gc_ticks + 1 >= tc->gc_every)) tcache_event(tc, ind);
-  else tc->gc_ticks++;
-  return p;
+/* The GC tick of alloc.c's stash swap (malloc_prof_miss), which counted it already. */
+void tcache_prof_gc_tick(tcache_t *tc, szind_t ind) {
+  tc->gc_ticks--;
+  tcache_event(tc, ind);
 }
 
 /* Everything in the stashes back to the arenas (tcache_flush_all: exit, trim, flush). */
