@@ -253,36 +253,16 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
 }
 
 /* ---------------------------------------------------------------- malloc / free */
-/* Heap profiling: a fast-path miss of a class the lookup table covers. When the bin is
- * empty and every byte of the class's stash bin fits before its sampling point (the
- * countdown is above them all: none of these blocks holds it), the stash becomes the bin
- * as a whole list, in O(1), the most recently freed block first as prof:false's LIFO
- * would pop it; its bytes are spent from the countdown as prof_fill_limit would spend
- * them block by block (c > n s exactly when each of the n blocks finds c above its
- * size). No arena, no lock, no publishing of the bin's count (the GC's visits and the
- * arena fills publish it), a GC tick as any fill. Otherwise (the countdown not drawn or
- * too near, an empty stash; a class not cached has tbin_max 0 and so an empty stash)
- * malloc_slow's general path: tcache_alloc_hard's prof fill. */
+/* Heap profiling: a fast-path miss of a class the lookup table covers swaps the class's
+ * stash bin into its bin when the countdown allows (tcache_prof_swap, internal.h), else
+ * takes malloc_slow's general path (tcache_alloc_hard's prof fill). */
 static NOINLINE void *malloc_prof_miss(size_t size) {
   tsd_t *tsd = &strata_tsd;
   if (likely(size <= SZ_LOOKUP_MAX && tsd->state == TSD_ACTIVE) && !tsd->reentrant && !tsd->in_hook) {
     szind_t ind = sz_lookup_read(size);
-    tcache_t *tc = tsd->tcache;
-    tbin_t *b = &tc->bins[ind], *sb = &tc->bins[ind + TBIN_PROF_OFF];
-    uint32_t n = tbin_max[ind] - sb->avail; /* the stash bin's count */
-    int64_t c = prof_cd[ind], bytes = (int64_t)n * (int64_t)sz_size[ind];
-    if (likely(n != 0 && c > bytes && b->head == NULL)) {
-      void *p = sb->head;
-      if (unlikely(!link_plausible(p))) strata_heap_corruption(p, ind);
-      prof_cd[ind] = c - bytes;
-      b->head = link_next(p, ind);
-      b->avail -= n - 1;
-      b->nmalloc++;
-      sb->head = NULL;
-      sb->avail = tbin_max[ind];
-      TAG_WORD(p) = 0; /* allocated: untagged */
-      tc->events[ind] = 1;
-      if (unlikely(++tc->gc_ticks >= tc->gc_every)) tcache_prof_gc_tick(tc, ind);
+    void *p = tcache_prof_swap(tsd->tcache, ind);
+    if (likely(p != NULL)) {
+      tsd->tcache->bins[ind].nmalloc++; /* counted into thread.allocated as a pop */
       return p;
     }
   }

@@ -414,6 +414,7 @@ static NOINLINE void *alloc_hard_prof(tcache_t *tc, szind_t ind) {
   size_t usize = sz_size[ind];
   void *p = NULL;
   if (ind <= SZ_NSMALL) {
+    if ((p = tcache_prof_swap(tc, ind)) != NULL) return p; /* the stash's bytes fit: swapped */
     /* The whole stash when the bin can hold it (taken without a walk), else a usual fill;
      * fewer when the class's sampling point is near. */
     uint32_t have = stash_count(&tc->bins[ind + TBIN_PROF_OFF], ind);

@@ -387,7 +387,7 @@ static void free_by(free_kind_t k, void *p, size_t sz) {
   }
 }
 
-static void stash_swaps_sample_at_the_rate(free_kind_t kind) {
+static void stash_swaps_sample_at_the_rate_by(free_kind_t kind, bool use_mallocx) {
   enum { N = 20000, R = 8 };
   static void *b[2 * N];
   void *t[R];
@@ -396,7 +396,7 @@ static void stash_swaps_sample_at_the_rate(free_kind_t kind) {
   CHECK(objs == 0, "%lu samples live before the test", objs);
   for (int i = 0; i < 2 * N; i++) {
     size_t sz = i % 2 ? 96 : 512;
-    for (int k = 0; k < R; k++) t[k] = malloc(sz);
+    for (int k = 0; k < R; k++) t[k] = use_mallocx ? mallocx(sz, 0) : malloc(sz);
     b[i] = t[(i / 2) % R];
     for (int k = 0; k < R; k++)
       if (t[k] != b[i]) free_by(kind, t[k], sz);
@@ -410,7 +410,12 @@ static void stash_swaps_sample_at_the_rate(free_kind_t kind) {
   CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
 }
 
+static void stash_swaps_sample_at_the_rate(free_kind_t kind) { stash_swaps_sample_at_the_rate_by(kind, false); }
+
 TEST(test_prof_stash_swaps_sample_at_the_rate) { stash_swaps_sample_at_the_rate(FREE_PLAIN); }
+
+/* mallocx's misses reach the swap through ialloc and tcache_alloc_hard's prof fill. */
+TEST(test_prof_mallocx_swaps_sample_at_the_rate) { stash_swaps_sample_at_the_rate_by(FREE_PLAIN, true); }
 
 /* Sized frees take free's fast path into the stash bins (the rtree's class is the stash
  * bin's): the same counts, and every sampled block freed by size leaves the live set. */
