@@ -13,7 +13,9 @@
  * streams add up to one over all bytes with the same rate, so each block of size s is
  * still sampled with probability 1 - exp(-s/rate), as with jemalloc's single countdown;
  * and no class's reservation waits on another's. Reserved blocks flushed unpopped (GC,
- * tcache.flush) give their bytes back to their class's countdown.
+ * tcache.flush) give their bytes back to their class's countdown. A miss whose class's
+ * countdown is above all the bytes of its stash bin swaps that stash in whole and spends
+ * them at once (tcache_prof_swap), as spending them block by block would.
  * Frees stay on the fast path: a small class's slabs carry class ind + TBIN_PROF_OFF in
  * the rtree, so the free fast path pushes onto that class's stash bin, which the malloc
  * fast path never pops; fills take from it. A sampled small block's granule carries class

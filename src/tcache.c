@@ -319,9 +319,11 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
  * With prof:true (prof.c) the malloc fast path pops only blocks whose bytes are reserved
  * against their class's countdown to its next sample. Frees of small blocks go (fast or
  * slow) to the class's stash bin, bins[ind + TBIN_PROF_OFF], which the malloc fast path
- * never pops: the slabs' rtree class points the free fast path there. Fills take from the
- * stash first (no arena trip, the whole list in O(1) when it fits). Large classes (always
- * freed on the slow path) keep the small prof_stash_t.
+ * never pops: the slabs' rtree class points the free fast path there. A miss swaps the
+ * whole stash in when the countdown allows (tcache_prof_swap, internal.h: from malloc's
+ * miss in alloc.c and from alloc_hard_prof); otherwise fills take from the stash first
+ * (no arena trip, the whole list in O(1) when it fits). Large classes (always freed on
+ * the slow path) keep the small prof_stash_t.
  */
 prof_stash_t *tcache_prof_stash(tcache_t *tc) {
   if (tc->prof_stash == NULL) tc->prof_stash = meta_alloc(sizeof(prof_stash_t));
