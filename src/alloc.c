@@ -253,6 +253,26 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
 }
 
 /* ---------------------------------------------------------------- malloc / free */
+/* Heap profiling: a fast-path miss of a class the lookup table covers swaps the class's
+ * stash bin into its bin when the countdown allows (tcache_prof_swap, internal.h), else
+ * takes malloc_slow's general path (tcache_alloc_hard's prof fill). */
+static NOINLINE void *malloc_prof_miss(size_t size) {
+  tsd_t *tsd = &strata_tsd;
+  if (likely(size <= SZ_LOOKUP_MAX && tsd->state == TSD_ACTIVE) && !tsd->reentrant && !tsd->in_hook) {
+    szind_t ind = sz_lookup_read(size);
+    void *p = tcache_prof_swap(tsd->tcache, ind);
+    if (likely(p != NULL)) {
+      tsd->tcache->bins[ind].nmalloc++; /* counted into thread.allocated as a pop */
+      return p;
+    }
+  }
+  tsd = tsd_fetch();
+  szind_t ind = sz_size2index(size);
+  void *p = (tsd && ind) ? ialloc(tsd, ind, false, true, NULL) : NULL;
+  if (unlikely(p == NULL)) errno = ENOMEM;
+  return p;
+}
+
 static NOINLINE void *malloc_slow(size_t size) {
   /* Cached classes above the lookup table (4-32 KiB): a hit pops the bin here, without
    * ialloc's general path (wl_xthread: 3 of 4 mallocs are 4-16 KiB; they cost 110
@@ -275,6 +295,8 @@ static NOINLINE void *malloc_slow(size_t size) {
         return p;
       }
     }
+  } else if (unlikely(prof_on)) {
+    return malloc_prof_miss(size);
   }
   tsd_t *tsd = tsd_fetch();
   szind_t ind = sz_size2index(size);
@@ -363,7 +385,10 @@ static inline void free_sized_impl(void *p, size_t size, const char *func) {
   uint64_t *slot = rtree_slot((uintptr_t)p);
   if (likely(slot != NULL && size <= SZ_LOOKUP_MAX)) {
     size_t ind = rt_szind(__atomic_load_n(slot, __ATOMIC_RELAXED));
-    if (likely(ind == sz_lookup_read(size)) && likely(free_fast(p, ind))) return;
+    /* prof:true: a small class's slabs carry ind + TBIN_PROF_OFF (its stash bin), which
+     * prof:false never writes; tested only when the first compare fails. */
+    size_t want = sz_lookup_read(size);
+    if ((likely(ind == want) || ind == want + TBIN_PROF_OFF) && likely(free_fast(p, ind))) return;
   }
   sized_free_slow(p, size, 0, true, func);
 }

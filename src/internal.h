@@ -777,6 +777,36 @@ HIDDEN void prof_boot_late(void); /* after strata is ready: atexit, signal handl
 HIDDEN void prof_take(size_t usize); /* an allocation not served from reserved cache bytes */
 HIDDEN unsigned prof_fill_limit(szind_t ind, unsigned want); /* takes the first; reserves the rest */
 HIDDEN void prof_credit_return(szind_t ind, size_t bytes); /* reserved bytes of class ind not popped */
+/* The thread's countdowns (bytes to its next sample per cached class; prof.c). */
+HIDDEN extern __thread int64_t prof_cd[TCACHE_NBINS_MAX] __attribute__((tls_model("initial-exec")));
+/* A swap reached its GC tick (counted already): the cache's GC visit (tcache.c). */
+HIDDEN void tcache_prof_gc_tick(tcache_t *tc, szind_t ind);
+/* The miss of small class ind's empty bin (malloc's fast path, via malloc_prof_miss; the
+ * prof fill of tcache_alloc_hard): when every byte of the class's stash bin fits before
+ * its sampling point (countdown c > n s, exactly when each of the n blocks spent one by
+ * one would find c above its size, so none holds the point), the stash's list becomes
+ * the bin's in O(1), most recently freed first (prof:false's LIFO order), and n s is
+ * spent. No arena, lock or publishing to tcache_total (GC visits and arena fills
+ * publish), one GC tick as a fill. Returns the first block, popped and untagged (the
+ * caller counts it); NULL when the countdown is not drawn or too near, the stash is empty
+ * (a class not cached: tbin_max 0) or the bin is not empty. */
+static inline void *tcache_prof_swap(tcache_t *tc, szind_t ind) {
+  tbin_t *b = &tc->bins[ind], *sb = &tc->bins[ind + TBIN_PROF_OFF];
+  uint32_t n = tbin_max[ind] - sb->avail; /* the stash bin's count */
+  int64_t c = prof_cd[ind], bytes = (int64_t)n * (int64_t)sz_size[ind];
+  if (unlikely(n == 0 || c <= bytes || b->head != NULL)) return NULL;
+  void *p = sb->head;
+  if (unlikely(!link_plausible(p))) strata_heap_corruption(p, ind);
+  prof_cd[ind] = c - bytes;
+  b->head = link_next(p, ind);
+  b->avail -= n - 1;
+  sb->head = NULL;
+  sb->avail = tbin_max[ind];
+  TAG_WORD(p) = 0; /* allocated: untagged */
+  tc->events[ind] = 1;
+  if (unlikely(++tc->gc_ticks >= tc->gc_every)) tcache_prof_gc_tick(tc, ind);
+  return p;
+}
 HIDDEN extern bool prof_want_thread;            /* the dump thread is to be created */
 HIDDEN void prof_free_hook(void);               /* a free's slow path, outside strata: may malloc */
 /* tcache.c, for the profiler: small frees go to the stash bins, large ones to a per-class

@@ -13,7 +13,9 @@
  * streams add up to one over all bytes with the same rate, so each block of size s is
  * still sampled with probability 1 - exp(-s/rate), as with jemalloc's single countdown;
  * and no class's reservation waits on another's. Reserved blocks flushed unpopped (GC,
- * tcache.flush) give their bytes back to their class's countdown.
+ * tcache.flush) give their bytes back to their class's countdown. A miss whose class's
+ * countdown is above all the bytes of its stash bin swaps that stash in whole and spends
+ * them at once (tcache_prof_swap), as spending them block by block would.
  * Frees stay on the fast path: a small class's slabs carry class ind + TBIN_PROF_OFF in
  * the rtree, so the free fast path pushes onto that class's stash bin, which the malloc
  * fast path never pops; fills take from it. A sampled small block's granule carries class
@@ -71,10 +73,7 @@ static prof_thr_t *thr_all;
 static uint64_t thr_uid_next;
 
 typedef struct {
-  /* Bytes left before the next sample, one countdown per cached class (index 0: every
-   * allocation not served through a cache bin), and the length each was drawn with (for
-   * lg_prof_interval). 0: not drawn yet. */
-  int64_t cd[TCACHE_NBINS_MAX];
+  /* The length each countdown (prof_cd) was drawn with (for lg_prof_interval). */
   uint64_t cdlen[TCACHE_NBINS_MAX];
   uint64_t rng;
   bool init, active, pending, busy;
@@ -82,6 +81,10 @@ typedef struct {
   prof_thr_t *thr;       /* this thread's record in dumps, made at its first sample */
 } prof_tdata_t;
 static __thread prof_tdata_t prof_td __attribute__((tls_model("initial-exec")));
+/* Bytes left before the thread's next sample, one countdown per cached class (index 0:
+ * every allocation not served through a cache bin); 0: not drawn yet. Outside prof_td so
+ * that tcache.c's stash swap (tcache_prof_refill) reads and spends it in place. */
+__thread int64_t prof_cd[TCACHE_NBINS_MAX] __attribute__((tls_model("initial-exec")));
 
 static bool prof_active_now;        /* prof.active (atomic) */
 static unsigned prof_lg_sample_now; /* prof.lg_sample, set by prof.reset (atomic) */
@@ -180,14 +183,14 @@ void prof_free_hook(void) { /* called from idalloc, outside strata: may malloc *
   if (__atomic_exchange_n(&prof_want_thread, false, __ATOMIC_ACQ_REL)) dump_thread_start();
 }
 
-void prof_credit_return(szind_t ind, size_t bytes) { prof_td.cd[ind] += (int64_t)bytes; }
+void prof_credit_return(szind_t ind, size_t bytes) { prof_cd[ind] += (int64_t)bytes; }
 
 /* Countdown k spends usize bytes; true when this allocation holds the sampling point
  * (jemalloc's decision: the countdown reaches zero within its bytes), after which a new
  * exponential interval starts at its end. */
 static bool cd_take(prof_tdata_t *td, unsigned k, size_t usize) {
   if (unlikely(!td->init)) td_init(td);
-  int64_t *c = &td->cd[k];
+  int64_t *c = &prof_cd[k];
   if (unlikely(*c <= 0)) *c = (int64_t)(td->cdlen[k] = draw_interval(td));
   if (likely(*c > (int64_t)usize)) {
     *c -= (int64_t)usize;
@@ -208,11 +211,11 @@ unsigned prof_fill_limit(szind_t ind, unsigned want) {
   if (td->pending || want <= 1) return 1;
   /* Reserve the blocks that end before the class's sampling point: the next fill's first
    * block is the sampled one. (c - 1) / s by the class's magic, corrected. */
-  uint64_t c1 = (uint64_t)(td->cd[ind] - 1);
+  uint64_t c1 = (uint64_t)(prof_cd[ind] - 1);
   uint64_t room = c1 < ((uint64_t)1 << 32) ? (c1 * bin_info[ind].div_magic) >> 32 : want;
   if (room < want && room * s > c1) room--;
   unsigned extra = room < want - 1 ? (unsigned)room : want - 1;
-  td->cd[ind] -= (int64_t)(extra * s);
+  prof_cd[ind] -= (int64_t)(extra * s);
   return 1 + extra;
 }
 

@@ -141,8 +141,8 @@ static NOINLINE bool flush_prof_class_ok(uint64_t e, szind_t ind) {
 }
 
 static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, uint32_t n, szind_t ind,
-                                                                      slab_run_t *runs, unsigned own,
-                                                                      const bool check_start) {
+                                                                      szind_t rt_ind, slab_run_t *runs,
+                                                                      unsigned own, const bool check_start) {
   const bin_info_t *bi = &bin_info[ind];
   const uint64_t magic = bi->div_magic, size = bi->size, used = (uint64_t)bi->nregs * bi->size;
   const uintptr_t key = tcache_key;
@@ -153,7 +153,7 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
     uint64_t diff = (uintptr_t)p - lo;
     if (unlikely(diff >= used)) {
       uint64_t e = rtree_read((uintptr_t)p);
-      if (unlikely(!(e & RT_SLAB) || rt_szind(e) != ind) && !flush_prof_class_ok(e, ind)) strata_invalid_free("free", p);
+      if (unlikely(!(e & RT_SLAB) || rt_szind(e) != rt_ind) && !flush_prof_class_ok(e, ind)) strata_invalid_free("free", p);
       if (sc.nruns) runs[sc.nruns - 1].len = len;
       edata_t *slab = rt_edata(e);
       runs[sc.nruns++] = (slab_run_t){slab, p, 0};
@@ -175,9 +175,10 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
 
 /* Flush all but `keep` of bin ind, taking them from the head of the list. Each region is
  * validated against the rtree (a slab of this class and a region start; a large extent
- * of this class that starts at the pointer), then returned to its owner arena. */
-static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_t *b, szind_t ind, uint32_t max,
-                                                             uint32_t keep) {
+ * of this class that starts at the pointer), then returned to its owner arena. rt_ind:
+ * the rtree class expected of the slabs (ind; ind + TBIN_PROF_OFF for a stash bin). */
+static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_t *b, szind_t ind, szind_t rt_ind,
+                                                             uint32_t max, uint32_t keep) {
   sassert(max - b->avail <= max);
   while (max - b->avail > keep) {
     uint32_t n = max - b->avail - keep;
@@ -208,8 +209,8 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
      * when it shares their arena (with arena_spread, threads share arenas until contention). */
     bool consumer = b->nmalloc < b->ndalloc / 4;
     unsigned own = tc->arena && !consumer ? tc->arena->ind + 1 : (unsigned)-1; /* an edata arena_id */
-    flush_scan_t sc = bin_info[ind].pow2 ? flush_scan(p, n, ind, runs, own, false)
-                                         : flush_scan(p, n, ind, runs, own, true);
+    flush_scan_t sc = bin_info[ind].pow2 ? flush_scan(p, n, ind, rt_ind, runs, own, false)
+                                         : flush_scan(p, n, ind, rt_ind, runs, own, true);
     b->head = link_next(sc.last, ind);
     LINK_SET(sc.last, NULL);
     if (sc.one_remote) {
@@ -226,12 +227,12 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
 }
 
 static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
-  flush_tbin(tc, &tc->bins[ind], ind, tbin_max[ind], keep);
+  flush_tbin(tc, &tc->bins[ind], ind, ind, tbin_max[ind], keep);
 }
 
 /* Heap profiling: flush small class ind's stash bin down to keep blocks. */
 static NOINLINE void stash_flush(tcache_t *tc, szind_t ind, uint32_t keep) {
-  flush_tbin(tc, &tc->bins[ind + TBIN_PROF_OFF], ind, stash_cap(ind), keep);
+  flush_tbin(tc, &tc->bins[ind + TBIN_PROF_OFF], ind, ind + TBIN_PROF_OFF, stash_cap(ind), keep);
 }
 
 /* Bring bin ind's share of tcache_total up to date (slow paths only: one atomic add). */
@@ -318,9 +319,11 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
  * With prof:true (prof.c) the malloc fast path pops only blocks whose bytes are reserved
  * against their class's countdown to its next sample. Frees of small blocks go (fast or
  * slow) to the class's stash bin, bins[ind + TBIN_PROF_OFF], which the malloc fast path
- * never pops: the slabs' rtree class points the free fast path there. Fills take from the
- * stash first (no arena trip, the whole list in O(1) when it fits). Large classes (always
- * freed on the slow path) keep the small prof_stash_t.
+ * never pops: the slabs' rtree class points the free fast path there. A miss swaps the
+ * whole stash in when the countdown allows (tcache_prof_swap, internal.h: from malloc's
+ * miss in alloc.c and from alloc_hard_prof); otherwise fills take from the stash first
+ * (no arena trip, the whole list in O(1) when it fits). Large classes (always freed on
+ * the slow path) keep the small prof_stash_t.
  */
 prof_stash_t *tcache_prof_stash(tcache_t *tc) {
   if (tc->prof_stash == NULL) tc->prof_stash = meta_alloc(sizeof(prof_stash_t));
@@ -380,6 +383,12 @@ void tcache_prof_stash_small(tcache_t *tc, szind_t ind, void *p) {
   sb->avail--;
 }
 
+/* The GC tick of alloc.c's stash swap (malloc_prof_miss), which counted it already. */
+void tcache_prof_gc_tick(tcache_t *tc, szind_t ind) {
+  tc->gc_ticks--;
+  tcache_event(tc, ind);
+}
+
 /* Everything in the stashes back to the arenas (tcache_flush_all: exit, trim, flush). */
 static void stash_drain(tcache_t *tc) {
   for (szind_t i = 1; i < tcache_nbins && i <= SZ_NSMALL; i++) stash_flush(tc, i, 0);
@@ -407,6 +416,7 @@ static NOINLINE void *alloc_hard_prof(tcache_t *tc, szind_t ind) {
   size_t usize = sz_size[ind];
   void *p = NULL;
   if (ind <= SZ_NSMALL) {
+    if ((p = tcache_prof_swap(tc, ind)) != NULL) return p; /* the stash's bytes fit: swapped */
     /* The whole stash when the bin can hold it (taken without a walk), else a usual fill;
      * fewer when the class's sampling point is near. */
     uint32_t have = stash_count(&tc->bins[ind + TBIN_PROF_OFF], ind);

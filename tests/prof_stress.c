@@ -369,4 +369,108 @@ TEST(test_prof_cached_classes_sample_at_the_rate) {
   CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
 }
 
+/* The same rate for blocks that come back through the stash bins: rounds of 8 mallocs
+ * of one class of which 7 are freed at once, so after the first fill every block popped
+ * was freed into the stash and reached the bin by the whole-list swap at a fast-path miss
+ * (tcache_prof_refill). 20,000 kept blocks each of 512 and 96 bytes, chosen by position,
+ * not by sampling: 7,869 (sd 69) and 1,790 (sd 40) samples expected. Checked against a
+ * swap that did not spend its blocks' bytes from the countdown (6,312 of the 512-byte
+ * blocks) and one that spent a block too few per swap (7,454). */
+typedef enum { FREE_PLAIN, FREE_SIZED, FREE_SDALLOCX } free_kind_t;
+static void free_by(free_kind_t k, void *p, size_t sz) {
+  if (k == FREE_SIZED) {
+    free_sized(p, sz);
+  } else if (k == FREE_SDALLOCX) {
+    sdallocx(p, sz, 0);
+  } else {
+    free(p);
+  }
+}
+
+static void stash_swaps_sample_at_the_rate_by(free_kind_t kind, bool use_mallocx) {
+  enum { N = 20000, R = 8 };
+  static void *b[2 * N];
+  void *t[R];
+  unsigned long objs, bytes;
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0, "%lu samples live before the test", objs);
+  for (int i = 0; i < 2 * N; i++) {
+    size_t sz = i % 2 ? 96 : 512;
+    for (int k = 0; k < R; k++) t[k] = use_mallocx ? mallocx(sz, 0) : malloc(sz);
+    b[i] = t[(i / 2) % R];
+    for (int k = 0; k < R; k++)
+      if (t[k] != b[i]) free_by(kind, t[k], sz);
+  }
+  dump_totals(&objs, &bytes);
+  long n512 = ((long)bytes - 96 * (long)objs) / 416, n96 = (long)objs - n512;
+  CHECK(n512 > 7869 - 5 * 69 && n512 < 7869 + 5 * 69, "%ld samples of 20,000 kept 512-byte blocks (expected 7,869)", n512);
+  CHECK(n96 > 1790 - 5 * 40 && n96 < 1790 + 5 * 40, "%ld samples of 20,000 kept 96-byte blocks (expected 1,790)", n96);
+  for (int i = 0; i < 2 * N; i++) free_by(kind, b[i], i % 2 ? 96 : 512);
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
+}
+
+static void stash_swaps_sample_at_the_rate(free_kind_t kind) { stash_swaps_sample_at_the_rate_by(kind, false); }
+
+TEST(test_prof_stash_swaps_sample_at_the_rate) { stash_swaps_sample_at_the_rate(FREE_PLAIN); }
+
+/* mallocx's misses reach the swap through ialloc and tcache_alloc_hard's prof fill. */
+TEST(test_prof_mallocx_swaps_sample_at_the_rate) { stash_swaps_sample_at_the_rate_by(FREE_PLAIN, true); }
+
+/* Sized frees take free's fast path into the stash bins (the rtree's class is the stash
+ * bin's): the same counts, and every sampled block freed by size leaves the live set. */
+TEST(test_prof_sized_frees_sample_at_the_rate) {
+  stash_swaps_sample_at_the_rate(FREE_SIZED);
+  stash_swaps_sample_at_the_rate(FREE_SDALLOCX);
+}
+
+/* A fork child inherits the parent's stashes and countdowns mid-way (the parent churned
+ * first, its blocks freed into the stash bins): the child's swaps sample at the rate and
+ * its live set empties; the parent's afterwards too. */
+TEST(test_prof_stash_swaps_sample_at_the_rate_after_fork) {
+  stash_swaps_sample_at_the_rate(FREE_PLAIN);
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    stash_swaps_sample_at_the_rate(FREE_PLAIN); /* a failed CHECK exits 1 */
+    _exit(0);
+  }
+  int st;
+  CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
+  stash_swaps_sample_at_the_rate(FREE_PLAIN);
+}
+
+/* Threads that swap their stash bins and exit (their caches flushed with blocks in both
+ * the bin and the stash, the bin's reserved bytes returned to a countdown that dies with
+ * the thread): the blocks they keep sample at the rate, and freeing them from this thread
+ * empties the live set. 4 threads x 5,000 kept 512-byte blocks: 7,869 (sd 69) samples. */
+enum { EXIT_THREADS = 4, EXIT_KEEP = 5000 };
+static void *swap_and_exit(void *arg) {
+  void **keep = arg, *t[8];
+  for (int i = 0; i < EXIT_KEEP; i++) {
+    for (int k = 0; k < 8; k++) t[k] = malloc(512);
+    keep[i] = t[i % 8];
+    for (int k = 0; k < 8; k++)
+      if (t[k] != keep[i]) free(t[k]);
+  }
+  return NULL;
+}
+
+TEST(test_prof_stash_swaps_in_threads_that_exit) {
+  static void *keep[EXIT_THREADS][EXIT_KEEP];
+  unsigned long objs, bytes;
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0, "%lu samples live before the test", objs);
+  pthread_t t[EXIT_THREADS];
+  for (int i = 0; i < EXIT_THREADS; i++) CHECK(pthread_create(&t[i], NULL, swap_and_exit, keep[i]) == 0, "pthread_create");
+  for (int i = 0; i < EXIT_THREADS; i++) pthread_join(t[i], NULL);
+  dump_totals(&objs, &bytes);
+  CHECK(bytes == objs * 512, "%lu bytes in %lu samples of 512-byte blocks", bytes, objs);
+  CHECK(objs > 7869 - 5 * 69 && objs < 7869 + 5 * 69, "%lu samples of 20,000 kept 512-byte blocks (expected 7,869)", objs);
+  for (int i = 0; i < EXIT_THREADS; i++)
+    for (int k = 0; k < EXIT_KEEP; k++) free(keep[i][k]);
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
+}
+
 int main(int argc, char **argv) { return check_main(argc, argv); }
