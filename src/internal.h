@@ -351,6 +351,7 @@ HIDDEN void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uin
 HIDDEN void bin_release_spare(arena_t *a, szind_t ind);
 HIDDEN void slab_boot(void);                          /* the bitmap pools */
 HIDDEN void bitmap_free(szind_t ind, uint64_t *bm);   /* a slab's bitmap back to its pool */
+HIDDEN extern bool slab_bitmap_test_fail; /* unit tests: a full slab cannot get its bitmap back */
 
 /* ------------------------------------------------------------------ arena.c */
 /*
