@@ -91,9 +91,11 @@ static void snap_read_arena(arena_t *a, ctl_arena_stats_t *s) {
   memset(s, 0, sizeof(*s));
   s->initialized = true;
   s->nthreads = __atomic_load_n(&a->nthreads, __ATOMIC_RELAXED);
+  uint64_t used = __atomic_load_n(&a->bins_used, __ATOMIC_ACQUIRE);
   for (unsigned b = 1; b <= SZ_NSMALL; b++) {
     bin_t *bin = &a->bins[b];
     ctl_bin_stats_t *o = &s->bins[b - 1];
+    if (!(used >> b & 1)) continue; /* never made a slab: all zero, pages left untouched */
     mtx_lock(&bin->lock);
     o->nmalloc = bin->nmalloc;
     o->ndalloc = bin->ndalloc;
@@ -255,7 +257,9 @@ void stats_merge(stats_t *s) {
   for (unsigned i = 0; i < __atomic_load_n(&narenas_total, __ATOMIC_ACQUIRE); i++) {
     arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
     if (a == NULL) continue;
+    uint64_t used = __atomic_load_n(&a->bins_used, __ATOMIC_ACQUIRE);
     for (unsigned b = 1; b <= SZ_NSMALL; b++) {
+      if (!(used >> b & 1)) continue; /* never made a slab: nothing allocated */
       mtx_lock(&a->bins[b].lock);
       s->small_allocated += (a->bins[b].curregs - a->bins[b].remote_count) * bin_info[b].size;
       mtx_unlock(&a->bins[b].lock);

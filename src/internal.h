@@ -405,6 +405,9 @@ struct arena_s {
    * before (elock): its dirty cap (decay.c). */
   size_t peak_active[2];
   uint64_t peak_ns;
+  /* Atomic: bit b set when bin b made its first slab. Statistics skip the other bins
+   * (all zero), so that reading them does not fault in their pages (slab.c, ctl.c). */
+  uint64_t bins_used;
 };
 HIDDEN extern arena_t **arenas;   /* [narenas + 1]; the last is the oversize arena */
 HIDDEN extern unsigned narenas;   /* ordinary arenas */

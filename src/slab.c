@@ -9,6 +9,8 @@
 
 #include "internal.h"
 
+_Static_assert(SZ_NSMALL < 64, "arena_t.bins_used has a bit per small class");
+
 bool slab_bitmap_test_fail; /* unit tests: the pools cannot give a bitmap back */
 
 /* Bitmaps come from the metadata pools (meta.c), one pool per power-of-two size from 16
@@ -106,7 +108,7 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   s->nfree = bi->nregs;
   s->bm_hint = 0;
   bin->curslabs++;
-  bin->nslabs++;
+  if (bin->nslabs++ == 0) __atomic_fetch_or(&a->bins_used, (uint64_t)1 << ind, __ATOMIC_RELEASE);
   return s;
 }
 

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -270,6 +271,49 @@ static void test_concurrent_frees_into_full_slabs(void) {
   CHECK_EQ(a->bins[ind].curregs, before);
 }
 
+/* A new arena faults in none of its bins' pages until a class is used, statistics read
+ * or not: the oversize arena, and an arena whose threads use a few classes, stay small. */
+static void test_new_arena_leaves_unused_bins_untouched(void) {
+  char thp[128] = {0};
+  int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY);
+  if (fd >= 0) {
+    if (read(fd, thp, sizeof(thp) - 1) < 0) thp[0] = 0;
+    close(fd);
+  }
+  if (strstr(thp, "[always]")) {
+    printf("skip test_new_arena_leaves_unused_bins_untouched: THP always (metadata may be huge pages)\n");
+    return;
+  }
+  unsigned ind = 0;
+  while (ind < narenas && __atomic_load_n(&arenas[ind], __ATOMIC_ACQUIRE) != NULL) ind++;
+  if (ind == narenas) {
+    printf("skip test_new_arena_leaves_unused_bins_untouched: every arena is in use\n");
+    return;
+  }
+  arena_t *na = arena_get(ind);
+  CHECK(na != NULL);
+  if (na == NULL) return;
+  stats_t st; /* statistics read every arena's bins: not those never used */
+  stats_merge(&st);
+  uintptr_t lo = ((uintptr_t)&na->bins[1] + os_page - 1) & ~(os_page - 1);
+  uintptr_t hi = (uintptr_t)&na->bins[SZ_NSMALL + 1] & ~(os_page - 1);
+  size_t npages = (hi - lo) / os_page, res = 0;
+  unsigned char vec[64];
+  CHECK(npages >= 4 && npages <= 64);
+  CHECK(mincore((void *)lo, npages * os_page, vec) == 0);
+  for (size_t i = 0; i < npages; i++) res += vec[i] & 1;
+  CHECK_EQ(res, 0);
+  /* Using one class brings in its bin's page(s) only, and the locks work. */
+  szind_t ind64 = sz_size2index(64);
+  void *p;
+  CHECK_EQ(bin_fill(na, ind64, &p, 1), 1);
+  bin_dalloc_batch(na, ind64, &p, 1);
+  CHECK(mincore((void *)lo, npages * os_page, vec) == 0);
+  res = 0;
+  for (size_t i = 0; i < npages; i++) res += vec[i] & 1;
+  CHECK(res >= 1 && res <= 2);
+}
+
 int main(void) {
   if (strata_init()) return 1;
   printf("unit: slab\n");
@@ -281,5 +325,6 @@ int main(void) {
   RUN(test_bad_frees_into_full_slab_abort);
   RUN(test_bitmap_pool_exhausted_never_fails_a_free);
   RUN(test_concurrent_frees_into_full_slabs);
+  RUN(test_new_arena_leaves_unused_bins_untouched);
   UNIT_EXIT();
 }
