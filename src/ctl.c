@@ -91,9 +91,11 @@ static void snap_read_arena(arena_t *a, ctl_arena_stats_t *s) {
   memset(s, 0, sizeof(*s));
   s->initialized = true;
   s->nthreads = __atomic_load_n(&a->nthreads, __ATOMIC_RELAXED);
+  uint64_t used = __atomic_load_n(&a->bins_used, __ATOMIC_ACQUIRE);
   for (unsigned b = 1; b <= SZ_NSMALL; b++) {
     bin_t *bin = &a->bins[b];
     ctl_bin_stats_t *o = &s->bins[b - 1];
+    if (!(used >> b & 1)) continue; /* never made a slab: all zero, pages left untouched */
     mtx_lock(&bin->lock);
     o->nmalloc = bin->nmalloc;
     o->ndalloc = bin->ndalloc;
@@ -219,16 +221,19 @@ void ctl_refresh(void) {
   /* Destroyed arenas keep their counters (arena.<i>.destroy); the merged record has them
    * too, as jemalloc's does. */
   arena_counts_t dc;
-  memset(&snap_destroyed, 0, sizeof(snap_destroyed));
-  bool any_destroyed = arenas_destroyed_read(&dc);
-  snap_finish(&snap_destroyed);
-  snap_destroyed.initialized = any_destroyed;
-  snap_destroyed.dirty_decay_ms = snap_destroyed.muzzy_decay_ms = 0;
-  snap_destroyed.small.nmalloc = dc.small_nmalloc;
-  snap_destroyed.small.ndalloc = dc.small_ndalloc;
-  snap_destroyed.large.nmalloc = dc.large_nmalloc;
-  snap_destroyed.large.ndalloc = dc.large_ndalloc;
-  snap_destroyed.dirty_purged = dc.npurged;
+  /* Until an arena is destroyed the record is all zeros, as in .bss: left unwritten, so
+   * that a program reading statistics (Redis's cron) does not fault in its 19 KiB. */
+  if (arenas_destroyed_read(&dc)) {
+    memset(&snap_destroyed, 0, sizeof(snap_destroyed));
+    snap_finish(&snap_destroyed);
+    snap_destroyed.initialized = true;
+    snap_destroyed.dirty_decay_ms = snap_destroyed.muzzy_decay_ms = 0;
+    snap_destroyed.small.nmalloc = dc.small_nmalloc;
+    snap_destroyed.small.ndalloc = dc.small_ndalloc;
+    snap_destroyed.large.nmalloc = dc.large_nmalloc;
+    snap_destroyed.large.ndalloc = dc.large_ndalloc;
+    snap_destroyed.dirty_purged = dc.npurged;
+  }
   snap_merged.small.nmalloc += dc.small_nmalloc;
   snap_merged.small.ndalloc += dc.small_ndalloc;
   snap_merged.large.nmalloc += dc.large_nmalloc;
@@ -255,7 +260,9 @@ void stats_merge(stats_t *s) {
   for (unsigned i = 0; i < __atomic_load_n(&narenas_total, __ATOMIC_ACQUIRE); i++) {
     arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
     if (a == NULL) continue;
+    uint64_t used = __atomic_load_n(&a->bins_used, __ATOMIC_ACQUIRE);
     for (unsigned b = 1; b <= SZ_NSMALL; b++) {
+      if (!(used >> b & 1)) continue; /* never made a slab: nothing allocated */
       mtx_lock(&a->bins[b].lock);
       s->small_allocated += (a->bins[b].curregs - a->bins[b].remote_count) * bin_info[b].size;
       mtx_unlock(&a->bins[b].lock);

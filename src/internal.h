@@ -351,6 +351,7 @@ HIDDEN void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uin
 HIDDEN void bin_release_spare(arena_t *a, szind_t ind);
 HIDDEN void slab_boot(void);                          /* the bitmap pools */
 HIDDEN void bitmap_free(szind_t ind, uint64_t *bm);   /* a slab's bitmap back to its pool */
+HIDDEN extern bool slab_bitmap_test_fail; /* unit tests: a full slab cannot get its bitmap back */
 
 /* ------------------------------------------------------------------ arena.c */
 /*
@@ -404,6 +405,9 @@ struct arena_s {
    * before (elock): its dirty cap (decay.c). */
   size_t peak_active[2];
   uint64_t peak_ns;
+  /* Atomic: bit b set when bin b made its first slab. Statistics skip the other bins
+   * (all zero), so that reading them does not fault in their pages (slab.c, ctl.c). */
+  uint64_t bins_used;
 };
 HIDDEN extern arena_t **arenas;   /* [narenas + 1]; the last is the oversize arena */
 HIDDEN extern unsigned narenas;   /* ordinary arenas */

@@ -1,8 +1,12 @@
 /* Slabs and bins: batched fill hands out distinct, aligned regions lowest address first;
- * batched free returns them; empty slabs go back to the extents; bad frees are caught. */
+ * batched free returns them; empty slabs go back to the extents; bad frees are caught;
+ * full slabs drop their bitmaps and take them again on the first free. */
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -87,6 +91,229 @@ static void test_double_and_interior_frees_abort(void) {
   CHECK(dies_with_abort(free_interior));
 }
 
+
+/* A slab of class ind whose every region is in buf[0..n) (NULL if none), and where. */
+static edata_t *whole_slab_in(void **buf, unsigned n, szind_t ind, unsigned *first) {
+  unsigned per = bin_info[ind].nregs;
+  for (unsigned i = 0; i < n;) {
+    edata_t *s = slab_of(buf[i]);
+    unsigned j = i;
+    while (j < n && slab_of(buf[j]) == s) j++;
+    if (j - i == per) {
+      *first = i;
+      return s;
+    }
+    i = j;
+  }
+  return NULL;
+}
+
+/* A full slab holds no bitmap; its first free takes one again, zeroed but for the freed
+ * region, which the next fill hands out; a double free into it is still caught. */
+static void test_full_slab_drops_bitmap_and_regains_it(void) {
+  szind_t ind = sz_size2index(64);
+  unsigned per = bin_info[ind].nregs, first;
+  static void *buf[3 * 1024];
+  CHECK(2 * per <= 3 * 1024);
+  unsigned n = bin_fill(a, ind, buf, 2 * per);
+  CHECK_EQ(n, 2 * per);
+  edata_t *s = whole_slab_in(buf, n, ind, &first);
+  CHECK(s != NULL);
+  if (s == NULL) return;
+  CHECK_EQ(s->nfree, 0);
+  CHECK(s->bitmap == NULL);
+  /* The bin's spare bitmap, which the first free takes, holds stale bits (as one from an
+   * emptied slab would): the slab must get it zeroed. Pools: one per power of two. */
+  bin_t *bin = &a->bins[ind];
+  size_t bytes = bin_info[ind].bm_words * sizeof(uint64_t);
+  if (bin->bm_spare == NULL) {
+    void *o;
+    unsigned pool = META_POOL_BITMAP0 + (bytes <= 16 ? 4 : 64 - (unsigned)__builtin_clzll(bytes - 1)) - 4;
+    CHECK_EQ(meta_pool_get(pool, &o, 1), 1);
+    bin->bm_spare = o;
+  }
+  memset(bin->bm_spare, 0xff, bytes);
+  void *mid = buf[first + per / 2];
+  buf[first + per / 2] = buf[--n];
+  bin_dalloc_batch(a, ind, &mid, 1);
+  CHECK(s->bitmap != NULL);
+  CHECK_EQ(s->nfree, 1);
+  for (unsigned w = 0; s->bitmap && w < bin_info[ind].bm_words; w++) {
+    uint64_t want = w == (per / 2) / 64 ? (uint64_t)1 << ((per / 2) % 64) : 0;
+    CHECK_EQ(s->bitmap[w], want);
+  }
+  /* Empty the other slabs' room so that the next fill comes from s: drain the bin. */
+  void *p;
+  bool seen = false;
+  for (unsigned k = 0; k < 4 * per && !seen; k++) {
+    CHECK_EQ(bin_fill(a, ind, &p, 1), 1);
+    if (p == mid) seen = true; else buf[n++] = p;
+    if (n >= 3 * 1024) break;
+  }
+  CHECK(seen);
+  CHECK(s->bitmap == NULL); /* full again */
+  bin_dalloc_batch(a, ind, buf, n);
+  bin_dalloc_batch(a, ind, &mid, 1);
+  CHECK_EQ(a->bins[ind].curregs, 0);
+}
+
+static void free_twice_full(void) {
+  szind_t ind = sz_size2index(64);
+  unsigned per = bin_info[ind].nregs, first;
+  static void *buf[3 * 1024];
+  unsigned n = bin_fill(a, ind, buf, 2 * per);
+  if (whole_slab_in(buf, n, ind, &first) == NULL) _exit(0);
+  bin_dalloc_batch(a, ind, &buf[first], 1); /* regains the bitmap */
+  bin_dalloc_batch(a, ind, &buf[first], 1);
+}
+
+static void free_interior_full(void) {
+  szind_t ind = sz_size2index(64);
+  unsigned per = bin_info[ind].nregs, first;
+  static void *buf[3 * 1024];
+  unsigned n = bin_fill(a, ind, buf, 2 * per);
+  if (whole_slab_in(buf, n, ind, &first) == NULL) _exit(0);
+  void *q = (char *)buf[first] + 8;
+  bin_dalloc_batch(a, ind, &q, 1);
+}
+
+static void test_bad_frees_into_full_slab_abort(void) {
+  CHECK(dies_with_abort(free_twice_full));
+  CHECK(dies_with_abort(free_interior_full));
+}
+
+/* No memory for a bitmap: frees into a full slab never fail; the regions wait on the
+ * bin's remote chains (still counted as handed out), the next fill hands them out, and
+ * a drain that cannot place them ends. */
+static void test_bitmap_pool_exhausted_never_fails_a_free(void) {
+  szind_t ind = sz_size2index(48);
+  bin_t *bin = &a->bins[ind];
+  unsigned per = bin_info[ind].nregs, first;
+  static void *buf[3 * 1400];
+  CHECK(2 * per <= 3 * 1400);
+  unsigned n = bin_fill(a, ind, buf, 2 * per);
+  edata_t *s = whole_slab_in(buf, n, ind, &first);
+  CHECK(s != NULL && s->bitmap == NULL);
+  if (s == NULL) return;
+  if (bin->bm_spare) { /* no bitmap to regain but from the pools */
+    bitmap_free(ind, bin->bm_spare);
+    bin->bm_spare = NULL;
+  }
+  size_t curregs = bin->curregs;
+  uint32_t remote = bin->remote_count;
+  slab_bitmap_test_fail = true;
+  bin_dalloc_batch(a, ind, &buf[first], 10);
+  CHECK(s->bitmap == NULL);
+  CHECK_EQ(s->nfree, 0);
+  CHECK_EQ(bin->curregs, curregs);
+  CHECK_EQ(bin->remote_count, remote + 10);
+  bin_release_spare(a, ind); /* drains every chain: must end, keeping the 10 */
+  CHECK_EQ(bin->remote_count, remote + 10);
+  /* The next fill takes them first. */
+  void *got[10];
+  CHECK_EQ(bin_fill(a, ind, got, 10), 10);
+  unsigned found = 0;
+  for (unsigned i = 0; i < 10; i++)
+    for (unsigned j = 0; j < 10; j++) found += got[i] == buf[first + j];
+  CHECK_EQ(found, 10);
+  slab_bitmap_test_fail = false;
+  bin_dalloc_batch(a, ind, got, 10);
+  CHECK(s->bitmap != NULL);
+  CHECK_EQ(s->nfree, 10);
+  bin_dalloc_batch(a, ind, buf, first);
+  bin_dalloc_batch(a, ind, buf + first + 10, n - first - 10);
+  CHECK_EQ(bin->curregs, 0);
+}
+
+/* Threads fill and free regions of one bin at once, each freeing blocks another thread
+ * took (slabs fill up, drop their bitmaps and regain them under contention): every
+ * region handed out is distinct and untouched by others, and the bin ends balanced. */
+#define XT_THREADS 4
+#define XT_BATCH 700
+#define XT_ROUNDS 60
+static void *xt_slots[XT_THREADS][XT_BATCH];
+static pthread_barrier_t xt_bar;
+static atomic_int xt_bad;
+
+static void *xt_main(void *arg) {
+  unsigned me = (unsigned)(uintptr_t)arg;
+  szind_t ind = sz_size2index(32);
+  for (unsigned r = 0; r < XT_ROUNDS; r++) {
+    void **mine = xt_slots[me];
+    unsigned got = bin_fill(a, ind, mine, XT_BATCH);
+    if (got != XT_BATCH) atomic_fetch_add(&xt_bad, 1);
+    for (unsigned i = 0; i < got; i++) memset(mine[i], (int)(me * 16 + 1 + (r & 7)), 32);
+    pthread_barrier_wait(&xt_bar);
+    /* free a neighbour's batch, half of it now and half after the next barrier */
+    void **theirs = xt_slots[(me + 1) % XT_THREADS];
+    unsigned them = (me + 1) % XT_THREADS;
+    for (unsigned i = 0; i < XT_BATCH; i++) {
+      unsigned char *c = theirs[i];
+      if (c[31] != (unsigned char)(them * 16 + 1 + (r & 7))) atomic_fetch_add(&xt_bad, 1);
+    }
+    bin_dalloc_batch(a, ind, theirs, XT_BATCH / 2);
+    pthread_barrier_wait(&xt_bar);
+    bin_dalloc_batch(a, ind, theirs + XT_BATCH / 2, XT_BATCH - XT_BATCH / 2);
+    pthread_barrier_wait(&xt_bar);
+  }
+  return NULL;
+}
+
+static void test_concurrent_frees_into_full_slabs(void) {
+  szind_t ind = sz_size2index(32);
+  size_t before = a->bins[ind].curregs;
+  pthread_barrier_init(&xt_bar, NULL, XT_THREADS);
+  pthread_t t[XT_THREADS];
+  for (uintptr_t i = 0; i < XT_THREADS; i++) CHECK(pthread_create(&t[i], NULL, xt_main, (void *)i) == 0);
+  for (int i = 0; i < XT_THREADS; i++) pthread_join(t[i], NULL);
+  pthread_barrier_destroy(&xt_bar);
+  CHECK_EQ(atomic_load(&xt_bad), 0);
+  CHECK_EQ(a->bins[ind].curregs, before);
+}
+
+/* A new arena faults in none of its bins' pages until a class is used, statistics read
+ * or not: the oversize arena, and an arena whose threads use a few classes, stay small. */
+static void test_new_arena_leaves_unused_bins_untouched(void) {
+  char thp[128] = {0};
+  int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY);
+  if (fd >= 0) {
+    if (read(fd, thp, sizeof(thp) - 1) < 0) thp[0] = 0;
+    close(fd);
+  }
+  if (strstr(thp, "[always]")) {
+    printf("skip test_new_arena_leaves_unused_bins_untouched: THP always (metadata may be huge pages)\n");
+    return;
+  }
+  unsigned ind = 0;
+  while (ind < narenas && __atomic_load_n(&arenas[ind], __ATOMIC_ACQUIRE) != NULL) ind++;
+  if (ind == narenas) {
+    printf("skip test_new_arena_leaves_unused_bins_untouched: every arena is in use\n");
+    return;
+  }
+  arena_t *na = arena_get(ind);
+  CHECK(na != NULL);
+  if (na == NULL) return;
+  stats_t st; /* statistics read every arena's bins: not those never used */
+  stats_merge(&st);
+  uintptr_t lo = ((uintptr_t)&na->bins[1] + os_page - 1) & ~(os_page - 1);
+  uintptr_t hi = (uintptr_t)&na->bins[SZ_NSMALL + 1] & ~(os_page - 1);
+  size_t npages = (hi - lo) / os_page, res = 0;
+  unsigned char vec[64];
+  CHECK(npages >= 4 && npages <= 64);
+  CHECK(mincore((void *)lo, npages * os_page, vec) == 0);
+  for (size_t i = 0; i < npages; i++) res += vec[i] & 1;
+  CHECK_EQ(res, 0);
+  /* Using one class brings in its bin's page(s) only, and the locks work. */
+  szind_t ind64 = sz_size2index(64);
+  void *p;
+  CHECK_EQ(bin_fill(na, ind64, &p, 1), 1);
+  bin_dalloc_batch(na, ind64, &p, 1);
+  CHECK(mincore((void *)lo, npages * os_page, vec) == 0);
+  res = 0;
+  for (size_t i = 0; i < npages; i++) res += vec[i] & 1;
+  CHECK(res >= 1 && res <= 2);
+}
+
 int main(void) {
   if (strata_init()) return 1;
   printf("unit: slab\n");
@@ -94,5 +321,10 @@ int main(void) {
   RUN(test_fill_gives_distinct_aligned_regions);
   RUN(test_empty_slabs_return_to_extents);
   RUN(test_double_and_interior_frees_abort);
+  RUN(test_full_slab_drops_bitmap_and_regains_it);
+  RUN(test_bad_frees_into_full_slab_abort);
+  RUN(test_bitmap_pool_exhausted_never_fails_a_free);
+  RUN(test_concurrent_frees_into_full_slabs);
+  RUN(test_new_arena_leaves_unused_bins_untouched);
   UNIT_EXIT();
 }

@@ -223,6 +223,9 @@ def test_report_tables_show_median_spread_and_ratio():
     assert "144 (137–150)" in rows["strata"]        # median (min–max) in MiB
     assert rows["strata"].rstrip(" |").endswith("1.00×")
     assert "1.43×" in rows["glibc"]
+    kib = experiments.table(res, "redis_frag",
+                            [("VmRSS", "stages.loaded.vmrss_kb", "KiB", True)])
+    assert "VmRSS (KiB)" in kib and "147,000 (140,000–154,000)" in kib  # exact KiB
     s = experiments.summary(res)
     assert "Redis RSS after the small-value SETs: strata leads" in s
     assert "Redis p99.9 at 256 clients: strata leads (0.75× the best peer, jemalloc)" in s
