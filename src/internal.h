@@ -481,6 +481,7 @@ struct tcache_s {
    * start), back to the start over the global cap (jemalloc's lg_fill_div idea). */
   uint16_t fill[TCACHE_NBINS_MAX];
   size_t bytes;                  /* this cache's share of tcache_total */
+  size_t gc_bytes;               /* uncached bytes allocated since the last byte-driven GC visit */
   void *prof_stash;              /* heap profiling only: freed blocks not yet poppable (tcache.c) */
 };
 enum { TSD_NOMINAL = 0, TSD_ACTIVE, TSD_NOCACHE, TSD_DEAD };
@@ -549,6 +550,8 @@ HIDDEN tcache_t *tcache_get_slow(tsd_t *tsd); /* creates the thread's cache; NUL
 HIDDEN void *tcache_alloc_hard(tcache_t *tc, szind_t ind);
 HIDDEN void tcache_dalloc_hard(tcache_t *tc, szind_t ind, void *p);
 HIDDEN void tcache_flush_all(tcache_t *tc);
+#define TCACHE_GC_BYTES ((size_t)64 << 10)
+HIDDEN void tcache_large_tick(tcache_t *tc, size_t usize); /* a GC visit per TCACHE_GC_BYTES */
 HIDDEN void tcache_thread_exit(void *arg);
 HIDDEN void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated);
 HIDDEN extern size_t tcache_total; /* bytes cached by all threads, as published (atomic) */

@@ -181,6 +181,37 @@ static void test_global_cap_bounds_cached_bytes(void) {
   opt.tcache_total_max = saved;
 }
 
+/* A thread whose traffic is above tcache_max makes no fills or flushes: its uncached
+ * allocations drive the GC (one visit per TCACHE_GC_BYTES), which drains the small bins it
+ * filled once and stopped using (wl_nativethreads' 100 threads). */
+static void *large_traffic_body(void *arg) {
+  size_t *left = arg;
+  szind_t ind = sz_size2index(320);
+  void *p = strata_malloc(320); /* a first fill: half the bin */
+  strata_free(p);
+  uint32_t before = tbin_count(bin_of(ind), ind);
+  size_t big = opt.tcache_max + 1;
+  CHECK(before > 1 && big >= TCACHE_GC_BYTES / 2);
+  /* Each bin is halved at each visit: 16 passes over the bins empty any bin. */
+  for (unsigned i = 0; i < 16 * tcache_nbins * (TCACHE_GC_BYTES / big + 1); i++) {
+    void *q = strata_malloc(big);
+    CHECK(q != NULL);
+    strata_free(q);
+  }
+  left[0] = before;
+  left[1] = tbin_count(bin_of(ind), ind);
+  return NULL;
+}
+
+static void test_large_allocations_drive_gc(void) {
+  pthread_t t;
+  size_t left[2];
+  pthread_create(&t, NULL, large_traffic_body, left);
+  pthread_join(t, NULL);
+  printf("     320 B bin: %zu cached after the first fill, %zu after large traffic\n", left[0], left[1]);
+  CHECK_EQ(left[1], 0);
+}
+
 int main(void) {
   if (strata_init()) return 1;
   printf("unit: tcache\n");
@@ -191,5 +222,6 @@ int main(void) {
   RUN(test_thread_counters_are_exact);
   RUN(test_first_free_of_a_thread_is_not_cached);
   RUN(test_global_cap_bounds_cached_bytes);
+  RUN(test_large_allocations_drive_gc);
   UNIT_EXIT();
 }
