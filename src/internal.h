@@ -83,22 +83,17 @@ HIDDEN void os_decommit(size_t bytes);
  * object in the prodcons figure, so wait times are not kept. */
 typedef struct {
   pthread_mutex_t m;
-  uint64_t n_lock_ops, n_wait;
+  uint64_t n_lock_ops, n_wait, n_spin; /* acquisitions; of them slept; of them spun */
 } mtx_t;
-#define MTX_INITIALIZER {PTHREAD_MUTEX_INITIALIZER, 0, 0}
+#define MTX_INITIALIZER {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0}
 static inline void mtx_init(mtx_t *m) { pthread_mutex_init(&m->m, NULL); }
-/* Returns whether the acquisition met contention (the arena spreading reads it). */
+HIDDEN bool mtx_lock_slow(mtx_t *m);
+/* Returns whether the acquisition met contention (the arena spreading reads it): a lock
+ * that is taken is spun on for a while before the thread sleeps (mtx_lock_slow). */
 static inline bool mtx_lock(mtx_t *m) {
-  pthread_mutex_lock(&m->m);
+  if (unlikely(pthread_mutex_trylock(&m->m) != 0)) return mtx_lock_slow(m);
   m->n_lock_ops++;
-#ifdef __GLIBC__
-  /* glibc's futex word is 2 after an acquisition that waited (or with waiters behind). */
-  bool waited = __atomic_load_n(&m->m.__data.__lock, __ATOMIC_RELAXED) == 2;
-  m->n_wait += waited;
-  return waited;
-#else
   return false;
-#endif
 }
 static inline void mtx_unlock(mtx_t *m) { pthread_mutex_unlock(&m->m); }
 
