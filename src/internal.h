@@ -78,9 +78,10 @@ HIDDEN void os_decommit(size_t bytes);
 /* ------------------------------------------------------------------ locks */
 /* pthread mutexes: they never allocate, TSan understands them, fork reinitialises them.
  * Each keeps the part of jemalloc's mutex profile (stats.mutexes.*) that costs nothing
- * measurable: acquisitions, and acquisitions that met contention, counted by the owner
- * under the lock. Timing waits (or a trylock first) cost 0.2-0.3 instructions per
- * object in the prodcons figure, so wait times are not kept. */
+ * measurable: acquisitions, those got by spinning and those that slept, counted by the
+ * owner under the lock. Timing waits costs 0.2-0.3 instructions per object in the
+ * prodcons figure, so wait times are not kept; the trylock first (for the spin) read
+ * 79.9-80.1 against 80.0 without it. */
 typedef struct {
   pthread_mutex_t m;
   uint64_t n_lock_ops, n_wait, n_spin; /* acquisitions; of them slept; of them spun */
