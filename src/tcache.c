@@ -261,10 +261,7 @@ static void tcache_gc_visit(tcache_t *tc, szind_t ind);
 static void tcache_event(tcache_t *tc, szind_t ind) {
   tc->events[ind] = 1;
   tcache_publish(tc, ind);
-  /* Over the global cap a thread visits at once, not at its next 32nd event: with many
-   * threads running at once (locks that spin instead of sleeping) the lag let 16 threads
-   * hold 6x the cap (tests/unit/test_tcache.c). Two loads per fill or flush. */
-  if (++tc->gc_ticks < tc->gc_every && likely(!tcache_over_cap())) return;
+  if (++tc->gc_ticks < tc->gc_every) return;
   tc->gc_ticks = 0;
   /* Arena spreading (arena.c): a cache's fills count their lock waits only; its lock
    * acquisitions are counted here, one per fill or flush since the last visit, so the
