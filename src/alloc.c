@@ -104,6 +104,7 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
       p = arena_small_alloc(a, ind, zero || opt.zero);
     } else {
       p = arena_large_alloc(a, usize, 0, zero || opt.zero);
+      if (tsd->state == TSD_ACTIVE && tsd->tcache) tcache_large_tick(tsd->tcache, usize);
     }
   }
 done:

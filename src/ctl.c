@@ -15,12 +15,13 @@
 /* ---------------------------------------------------------------- mutex profiling */
 /* Lock held by the caller. */
 static void mutex_read(const mtx_t *m, ctl_mutex_stats_t *o) {
-  *o = (ctl_mutex_stats_t){.num_ops = m->n_lock_ops, .num_wait = m->n_wait};
+  *o = (ctl_mutex_stats_t){.num_ops = m->n_lock_ops, .num_wait = m->n_wait, .num_spin_acq = m->n_spin};
 }
 
 static void mutex_add(ctl_mutex_stats_t *a, const ctl_mutex_stats_t *b) {
   a->num_ops += b->num_ops;
   a->num_wait += b->num_wait;
+  a->num_spin_acq += b->num_spin_acq;
   a->num_owner_switch += b->num_owner_switch;
   a->total_wait_time += b->total_wait_time;
   if (a->max_wait_time < b->max_wait_time) a->max_wait_time = b->max_wait_time;
@@ -29,7 +30,7 @@ static void mutex_add(ctl_mutex_stats_t *a, const ctl_mutex_stats_t *b) {
 
 static void mutex_reset(mtx_t *m) {
   pthread_mutex_lock(&m->m);
-  m->n_lock_ops = m->n_wait = 0;
+  m->n_lock_ops = m->n_wait = m->n_spin = 0;
   pthread_mutex_unlock(&m->m);
 }
 
@@ -532,8 +533,8 @@ static const ctl_index_t I_EXT = {idx_ext, cnt_ext};
 /* jemalloc's seven mutex profile fields, for a record type and a source. */
 #define MUTEX_ROWS(S, rec, pre) \
   LEAF_S("num_ops", CT_U64, S, rec, pre num_ops, F_COUNTER, "lock acquisitions"), \
-  LEAF_S("num_wait", CT_U64, S, rec, pre num_wait, F_COUNTER, "acquisitions that met contention"), \
-  LEAF_S("num_spin_acq", CT_U64, S, rec, pre num_spin_acq, F_COUNTER, "acquisitions by spinning (strata does not spin)"), \
+  LEAF_S("num_wait", CT_U64, S, rec, pre num_wait, F_COUNTER, "acquisitions that slept on the futex"), \
+  LEAF_S("num_spin_acq", CT_U64, S, rec, pre num_spin_acq, F_COUNTER, "acquisitions that found the lock taken and got it by spinning"), \
   LEAF_S("num_owner_switch", CT_U64, S, rec, pre num_owner_switch, F_COUNTER, "not kept (always 0)"), \
   LEAF_S("total_wait_time", CT_U64, S, rec, pre total_wait_time, F_COUNTER, "not kept (always 0): timing waits costs the fast paths"), \
   LEAF_S("max_wait_time", CT_U64, S, rec, pre max_wait_time, 0, "not kept (always 0)"), \

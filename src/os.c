@@ -299,3 +299,44 @@ void *os_remap(void *addr, size_t old, size_t new_size) {
   void *p = mremap(addr, old, new_size, MREMAP_MAYMOVE);
   return p == MAP_FAILED ? NULL : p;
 }
+
+/* ---------------------------------------------------------------- lock contention */
+/* A taken lock is spun on (up to MTX_SPIN pauses, a few microseconds: a page fault, a
+ * short system call) before the thread sleeps on the futex, as jemalloc's mutexes do
+ * (opt.mutex_max_spin 600). A sleep hands the CPU to another runnable thread; with many
+ * more threads than CPUs each sleep starts another thread's working set, and one wait
+ * at thread start-up (a new thread's cache, a new arena) set off hundreds more
+ * (wl_nativethreads: docs/design.md, "Many threads: locks that sleep"). On one CPU the
+ * holder cannot run while we spin: no spinning there. */
+#define MTX_SPIN 1000
+static inline void cpu_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+static inline bool mtx_looks_free(mtx_t *m) {
+#ifdef __GLIBC__
+  return __atomic_load_n(&m->m.__data.__lock, __ATOMIC_RELAXED) == 0; /* no trylock storm */
+#else
+  (void)m;
+  return true;
+#endif
+}
+bool mtx_lock_slow(mtx_t *m) {
+  if (os_ncpus > 1) {
+    for (unsigned i = 0; i < MTX_SPIN; i++) {
+      cpu_pause();
+      if (mtx_looks_free(m) && pthread_mutex_trylock(&m->m) == 0) {
+        m->n_lock_ops++;
+        m->n_spin++;
+        return true;
+      }
+    }
+  }
+  pthread_mutex_lock(&m->m);
+  m->n_lock_ops++;
+  m->n_wait++;
+  return true;
+}

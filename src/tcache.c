@@ -257,6 +257,8 @@ static NOINLINE void tcache_gc_flush(tcache_t *tc, szind_t g, bool over) {
   if (unlikely(prof_on)) prof_credit_return(g, (size_t)(c - keep) * sz_size[g]);
 }
 
+static void tcache_gc_visit(tcache_t *tc, szind_t ind);
+
 static void tcache_event(tcache_t *tc, szind_t ind) {
   tc->events[ind] = 1;
   tcache_publish(tc, ind);
@@ -269,6 +271,11 @@ static void tcache_event(tcache_t *tc, szind_t ind) {
     strata_tsd.lk_ops += tc->gc_every;
     arena_spread_check(&strata_tsd);
   }
+  tcache_gc_visit(tc, ind);
+}
+
+/* One GC visit: bin gc_bin + 1, skipping `busy` (the bin being filled or flushed). */
+static void tcache_gc_visit(tcache_t *tc, szind_t ind) {
   /* The global cap: published at every fill and flush (one atomic add), looked at on
    * GC visits only. Over it, every event is a GC visit that empties the bin it visits,
    * busy or not, so many threads' caches shrink together until they fit. */
@@ -625,4 +632,16 @@ int tcache_ctl_total_max(const size_t *mib, size_t miblen, void *oldp, size_t *o
 int tcache_ctl_bytes(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
   (void)mib, (void)miblen, (void)newlen;
   return ctl_size_ro(__atomic_load_n(&tcache_total, __ATOMIC_RELAXED), oldp, oldlenp, newp);
+}
+
+/* A thread's uncached allocations (above tcache_max) drive GC visits too: one visit per
+ * TCACHE_GC_BYTES of them (jemalloc's tcache_gc_incr_bytes). A thread whose traffic is
+ * mostly large blocks makes few fills and flushes, so its cache would otherwise never be
+ * looked at and keep its first fills for life (wl_nativethreads: 100 threads held 45 MiB
+ * at the peak; docs/design.md, "Many threads: nativethreads"). Slow path only. */
+void tcache_large_tick(tcache_t *tc, size_t usize) {
+  tc->gc_bytes += usize;
+  if (tc->gc_bytes < TCACHE_GC_BYTES) return;
+  tc->gc_bytes = 0;
+  tcache_gc_visit(tc, 0);
 }

@@ -1,5 +1,7 @@
 /* Extents: split, coalesce with free neighbours, in-place grow/shrink, purge to retained,
  * and the rtree entries that make it work. */
+#include <pthread.h>
+#include <sched.h>
 #include <string.h>
 
 #include "internal.h"
@@ -202,6 +204,64 @@ static void test_huge_request_gathers_freed_blocks(void) {
   strata_free(z);
 }
 
+/* Lock stress: threads take one arena's extent lock many times and change an unguarded
+ * counter under it; every acquisition (the trylock, the spin, the sleep) must exclude the
+ * others, and be counted. Two phases: as many threads as CPUs with a holder that keeps
+ * the lock about a microsecond (the others spin), then 8 threads whose holders yield
+ * now and then (the others spin, then sleep). */
+static uint64_t lk_counter;
+static unsigned lk_rounds, lk_yield_every;
+static void *lock_stress_body(void *arg) {
+  arena_t *ar = arg;
+  for (unsigned i = 0; i < lk_rounds; i++) {
+    mtx_lock(&ar->elock);
+    uint64_t v = lk_counter;
+    if (lk_yield_every && i % lk_yield_every == 0) {
+      sched_yield(); /* a holder preempted */
+    } else {
+      for (volatile int k = 0; k < 100; k++) {
+      }
+    }
+    lk_counter = v + 1;
+    mtx_unlock(&ar->elock);
+    for (volatile int k = 0; k < 300; k++) { /* work between acquisitions, as an allocator's */
+    }
+  }
+  return NULL;
+}
+
+static uint64_t lock_stress(arena_t *ar, unsigned nthreads, unsigned yield_every) {
+  lk_yield_every = yield_every;
+  mtx_lock(&ar->elock);
+  uint64_t ops0 = ar->elock.n_lock_ops, spin0 = ar->elock.n_spin, wait0 = ar->elock.n_wait;
+  mtx_unlock(&ar->elock);
+  lk_counter = 0;
+  pthread_t t[8];
+  for (unsigned i = 0; i < nthreads; i++) pthread_create(&t[i], NULL, lock_stress_body, ar);
+  for (unsigned i = 0; i < nthreads; i++) pthread_join(t[i], NULL);
+  mtx_lock(&ar->elock);
+  uint64_t ops = ar->elock.n_lock_ops - ops0, spun = ar->elock.n_spin - spin0, slept = ar->elock.n_wait - wait0;
+  mtx_unlock(&ar->elock);
+  printf("     %u threads x %u on %u CPUs: %llu spun, %llu slept\n", nthreads, lk_rounds, os_ncpus,
+         (unsigned long long)spun, (unsigned long long)slept);
+  CHECK_EQ(lk_counter, (uint64_t)nthreads * lk_rounds);
+  CHECK_EQ(ops, (uint64_t)nthreads * lk_rounds + 1); /* + the read above */
+  if (yield_every) CHECK(spun + slept > 0); /* the test did meet contention */
+  return spun;
+}
+
+static void test_extent_lock_excludes_under_contention(void) {
+  arena_t *ar = arena_get(1);
+  CHECK(ar != NULL);
+  const char *sc = getenv("STRATA_TEST_SCALE");
+  lk_rounds = sc && atof(sc) < 1 ? 20000 : 200000;
+  /* Spinning needs the threads on CPUs at once: on a loaded machine, try a few times. */
+  for (int i = 0; i < 5 && lock_stress(ar, os_ncpus < 8 ? os_ncpus : 8, 0) == 0; i++) {
+  }
+  lk_rounds /= 4;
+  lock_stress(ar, 8, 64);
+}
+
 int main(void) {
   if (strata_init()) return 1;
   /* An arena no thread is bound to: this thread's own allocations (stdio) stay out of it. */
@@ -216,5 +276,6 @@ int main(void) {
   RUN(test_pairing_heap_orders_by_address);
   RUN(test_huge_reuse_grows_freed_block);
   RUN(test_huge_request_gathers_freed_blocks);
+  RUN(test_extent_lock_excludes_under_contention);
   UNIT_EXIT();
 }
