@@ -180,7 +180,8 @@ static uint64_t bt_generation(void) {
 }
 
 /* ---------------------------------------------------------------- DWARF reading */
-static uint64_t uleb(const uint8_t **pp) {
+/* LEB128: unsigned, or signed (sign-extended from the last byte's bit 6). */
+static uint64_t leb(const uint8_t **pp, bool sign) {
   const uint8_t *p = *pp;
   uint64_t v = 0;
   unsigned shift = 0;
@@ -190,24 +191,13 @@ static uint64_t uleb(const uint8_t **pp) {
     if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
     shift += 7;
   } while (b & 0x80);
+  if (sign && shift < 64 && (b & 0x40)) v |= ~(uint64_t)0 << shift;
   *pp = p;
   return v;
 }
 
-static int64_t sleb(const uint8_t **pp) {
-  const uint8_t *p = *pp;
-  uint64_t v = 0;
-  unsigned shift = 0;
-  uint8_t b;
-  do {
-    b = *p++;
-    if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
-    shift += 7;
-  } while (b & 0x80);
-  if (shift < 64 && (b & 0x40)) v |= ~(uint64_t)0 << shift;
-  *pp = p;
-  return (int64_t)v;
-}
+static uint64_t uleb(const uint8_t **pp) { return leb(pp, false); }
+static int64_t sleb(const uint8_t **pp) { return (int64_t)leb(pp, true); }
 
 #define DW_EH_PE_omit 0xff
 /* A pointer in encoding enc (absptr/udata/sdata 2, 4, 8, uleb/sleb; absolute, pcrel or
