@@ -296,7 +296,8 @@ static NOINLINE void *malloc_slow(size_t size) {
         return p;
       }
     }
-  } else if (unlikely(prof_on)) {
+  } else if (unlikely(__atomic_load_n(&prof_on, __ATOMIC_RELAXED))) {
+    /* Atomic: a thread can get here before strata_init (prof_boot) has finished. */
     return malloc_prof_miss(size);
   }
   tsd_t *tsd = tsd_fetch();

@@ -631,7 +631,7 @@ static void prof_exit(void) {
 
 /* ---------------------------------------------------------------- boot, fork */
 void prof_boot(void) {
-  prof_on = prof_opt.prof;
+  __atomic_store_n(&prof_on, prof_opt.prof, __ATOMIC_RELAXED); /* read before init: malloc_slow */
   prof_active_now = prof_opt.active;
   prof_lg_sample_now = prof_opt.lg_sample;
   prof_gdump_now = prof_opt.gdump;
