@@ -193,7 +193,7 @@ void os_init(void) {
   if (cpus == 0) cpus = 1;
   unsigned lim = cgroup_cpu_limit();
   if (lim > 0 && lim < cpus) cpus = lim;
-  os_ncpus = cpus;
+  __atomic_store_n(&os_ncpus, cpus, __ATOMIC_RELAXED); /* mtx_lock_slow reads it, even before init ends */
   os_mem_limit = cgroup_mem_limit();
 }
 
@@ -325,7 +325,7 @@ static inline bool mtx_looks_free(mtx_t *m) {
 #endif
 }
 bool mtx_lock_slow(mtx_t *m) {
-  if (os_ncpus > 1) {
+  if (__atomic_load_n(&os_ncpus, __ATOMIC_RELAXED) > 1) { /* a waiter on init_lock reads it while os_init writes it */
     for (unsigned i = 0; i < MTX_SPIN; i++) {
       cpu_pause();
       if (mtx_looks_free(m) && pthread_mutex_trylock(&m->m) == 0) {
