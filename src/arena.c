@@ -134,10 +134,8 @@ void arena_spread(tsd_t *tsd) {
 int arena_ctl_nlive(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
   (void)mib, (void)miblen, (void)newlen;
   if (newp != NULL) return EPERM;
-  if (oldp == NULL || oldlenp == NULL) return 0;
-  if (*oldlenp != sizeof(unsigned)) return EINVAL;
-  *(unsigned *)oldp = __atomic_load_n(&narenas_live, __ATOMIC_ACQUIRE);
-  return 0;
+  unsigned v = __atomic_load_n(&narenas_live, __ATOMIC_ACQUIRE);
+  return ctl_copy_out(oldp, oldlenp, &v, sizeof(v));
 }
 
 void *arena_small_alloc(arena_t *a, szind_t ind, bool zero) {

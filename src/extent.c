@@ -421,12 +421,18 @@ static bool commit_or_purge(arena_t *a, size_t size) {
  * the growth or the kernel refuses the first move. */
 #define GATHER_MAX_PIECES 8                /* mremap calls per request, beyond the first */
 #define GATHER_MIN_PIECE ((size_t)256 << 10) /* smaller remainders are not worth a VMA */
+/* The largest dirty extent (the first of equals in purge order); NULL if none. */
+static edata_t *largest_dirty(arena_t *a) {
+  edata_t *d = NULL;
+  for (edata_t *e = a->dirty.lru_head; e; e = e->lru_next)
+    if (d == NULL || e->size > d->size) d = e;
+  return d;
+}
+
 size_t extent_fill_from_dirty(arena_t *a, uintptr_t end, size_t fresh) {
   for (unsigned n = 0; n < GATHER_MAX_PIECES && fresh >= GATHER_MIN_PIECE; n++) {
-    edata_t *s = NULL;
-    for (edata_t *e = a->dirty.lru_head; e; e = e->lru_next)
-      if (e->size >= GATHER_MIN_PIECE && (s == NULL || e->size > s->size)) s = e;
-    if (s == NULL) break;
+    edata_t *s = largest_dirty(a);
+    if (s == NULL || s->size < GATHER_MIN_PIECE) break;
     size_t take = s->size < fresh ? s->size : fresh;
     if (!os_remap_fixed((void *)s->addr, take, take, (void *)(end - fresh))) break;
     eset_remove(&a->dirty, s);
@@ -450,9 +456,7 @@ size_t extent_fill_from_dirty(arena_t *a, uintptr_t end, size_t fresh) {
 }
 
 static edata_t *extent_gather_dirty(arena_t *a, size_t size) {
-  edata_t *d = NULL;
-  for (edata_t *e = a->dirty.lru_head; e; e = e->lru_next)
-    if (d == NULL || e->size > d->size) d = e;
+  edata_t *d = largest_dirty(a);
   if (d == NULL || d->size >= size || d->size < GATHER_MIN_PIECE) return NULL;
   size_t grow = size - d->size;
   if (os_commit(grow)) return NULL;
@@ -514,6 +518,16 @@ static void extent_carve(eset_t *es, edata_t *f, edata_t *e, uintptr_t addr, siz
   extent_register(e, 0, false);
   eset_insert(es, e);
   if (has_lru(state)) lru_insert_after(es, f, e);
+}
+
+/* elock held: pages just became active. The oversize arena's peak window (decay.c);
+ * another arena's current half window turns in decay.c. */
+static void note_active_peak(arena_t *a) {
+  if (a->huge) {
+    arena_note_peak(a);
+  } else if (a->nactive > a->peak_active[0]) {
+    a->peak_active[0] = a->nactive;
+  }
 }
 
 edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
@@ -602,11 +616,7 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     f->zeroed = 1; /* commit gives zeroed pages */
   }
   a->nactive += size / os_page;
-  if (a->huge) {
-    arena_note_peak(a);
-  } else if (a->nactive > a->peak_active[0]) {
-    a->peak_active[0] = a->nactive; /* its window turns in decay.c */
-  }
+  note_active_peak(a);
   if (a->user) active_link(a, f);
   if (state == ES_RETAINED && h == NULL) {
     __atomic_fetch_add(&extent_resident_pages, size / os_page, __ATOMIC_RELAXED);
@@ -648,11 +658,7 @@ bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size) {
   }
   e->size = new_size;
   a->nactive += need / os_page;
-  if (a->huge) {
-    arena_note_peak(a);
-  } else if (a->nactive > a->peak_active[0]) {
-    a->peak_active[0] = a->nactive;
-  }
+  note_active_peak(a);
   if (state == ES_MUZZY) e->zeroed = 0;
   if (state == ES_RETAINED) {
     __atomic_fetch_add(&extent_resident_pages, need / os_page, __ATOMIC_RELAXED);

@@ -83,7 +83,7 @@ typedef struct {
 static __thread prof_tdata_t prof_td __attribute__((tls_model("initial-exec")));
 /* Bytes left before the thread's next sample, one countdown per cached class (index 0:
  * every allocation not served through a cache bin); 0: not drawn yet. Outside prof_td so
- * that tcache.c's stash swap (tcache_prof_refill) reads and spends it in place. */
+ * that the stash swap (tcache_prof_swap, internal.h) reads and spends it in place. */
 __thread int64_t prof_cd[TCACHE_NBINS_MAX] __attribute__((tls_model("initial-exec")));
 
 static bool prof_active_now;        /* prof.active (atomic) */

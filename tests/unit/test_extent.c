@@ -128,6 +128,16 @@ static void test_pairing_heap_orders_by_address(void) {
   CHECK_EQ(n, 63);
 }
 
+/* A huge calloc after the arena reused freed, written pages: every page reads zero. */
+static void check_calloc_zero(size_t size) {
+  char *z = strata_calloc(1, size);
+  CHECK(z != NULL);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < size; i += 4096) nonzero += z[i] != 0;
+  CHECK_EQ(nonzero, 0);
+  strata_free(z);
+}
+
 /* The oversize arena grows the most recently freed block with mremap when none is big
  * enough: the mapping grows by the difference only, the old pages (and their contents)
  * come along, and calloc still gets zeros. Fails on the old design, which mapped the
@@ -150,12 +160,7 @@ static void test_huge_reuse_grows_freed_block(void) {
   CHECK_EQ(grown, 2 * mib);
   CHECK(q[0] == 0x5c && q[10 * mib - 1] == 0x5c); /* the freed block's pages, moved */
   strata_free(q);
-  char *z = strata_calloc(1, 14 * mib);
-  CHECK(z != NULL);
-  size_t nonzero = 0;
-  for (size_t i = 0; i < 14 * mib; i += 4096) nonzero += z[i] != 0;
-  CHECK_EQ(nonzero, 0);
-  strata_free(z);
+  check_calloc_zero(14 * mib);
 }
 
 /* When no freed block is big enough, the oversize arena builds the request out of
@@ -196,12 +201,7 @@ static void test_huge_request_gathers_freed_blocks(void) {
   CHECK_EQ(n22, 8 * mib / 4096);
   CHECK_EQ(n0, 2 * mib / 4096);
   strata_free(q);
-  char *z = strata_calloc(1, 24 * mib);
-  CHECK(z != NULL);
-  size_t nonzero = 0;
-  for (size_t i = 0; i < 24 * mib; i += 4096) nonzero += z[i] != 0;
-  CHECK_EQ(nonzero, 0);
-  strata_free(z);
+  check_calloc_zero(24 * mib);
 }
 
 /* Lock stress: threads take one arena's extent lock many times and change an unguarded
