@@ -215,51 +215,48 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
 }
 
 /* ---------------------------------------------------------------- malloc / free */
-/* Heap profiling's malloc (prof.c): the fast path always misses to here (its lookup table
- * is all 0). A cached class pops its bin as the fast path would and spends its bytes from
- * the thread's countdown; the allocation that would reach zero (and a miss, a thread
- * without its cache, an uncached size) takes ialloc, which counts it (prof_alloc) and
- * samples it if it holds the sampling point. */
-static NOINLINE void *malloc_prof(size_t size) {
-  tsd_t *tsd = &strata_tsd;
-  szind_t ind = 0;
-  if (likely(size <= SZ_LOOKUP_MAX)) {
-    ind = sz_lookup_read(size); /* an empty cache (tcache_empty) misses below */
-  } else if (likely(tsd->state == TSD_ACTIVE) && !tsd->reentrant) {
-    ind = sz_size2index_compute(size); /* cached classes above the table (4-32 KiB) */
-    if (ind >= tcache_nbins) ind = 0;  /* bin 0: always empty */
-  }
-  tbin_t *b = &tsd->tcache->bins[ind];
-  void *p = b->head;
-  int64_t c = prof_cd - (int64_t)sz_size[ind];
-  if (likely((((uintptr_t)p - 1) >> 47) == 0 && c > 0)) {
-    prof_cd = c;
-    b->head = LINK_DEC(p);
-    b->avail++;
-    if (likely(ind <= SZ_NSMALL)) {
-      TAG_WORD(p) = 0; /* allocated: untagged */
-      b->nmalloc++;    /* counted into thread.allocated as the fast path's are */
-    } else {
-      tsd->allocated += sz_size[ind];
-    }
-    return p;
-  }
-  tsd = tsd_fetch();
-  ind = sz_size2index(size);
-  p = (tsd && ind) ? ialloc(tsd, ind, false, true, NULL) : NULL;
+/* malloc's general path: ialloc (which counts the bytes with prof:true). */
+static NOINLINE void *malloc_general(size_t size) {
+  tsd_t *tsd = tsd_fetch();
+  szind_t ind = sz_size2index(size);
+  void *p = (tsd && ind) ? ialloc(tsd, ind, false, true, NULL) : NULL;
   if (unlikely(p == NULL)) errno = ENOMEM;
   return p;
 }
 
+/* Heap profiling's malloc (prof.c) for the sizes of the lookup table: the fast path always
+ * misses to here (its table, sz_malloc_lookup, is all 0). The class's bin is popped as the
+ * fast path would (an empty cache, tcache_empty, misses) and its bytes spent from the
+ * thread's countdown; the allocation that would reach zero, and a miss, take ialloc,
+ * which counts it (prof_alloc) and samples it if it holds the sampling point. */
+static NOINLINE void *malloc_prof(size_t size) {
+  tsd_t *tsd = &strata_tsd;
+  szind_t ind = sz_lookup_read(size);
+  tbin_t *b = &tsd->tcache->bins[ind];
+  void *p = b->head;
+  int64_t c = tsd->prof_cd - (int64_t)sz_size[ind];
+  if (likely((((uintptr_t)p - 1) >> 47) == 0 && c > 0)) {
+    tsd->prof_cd = c;
+    b->head = LINK_DEC(p);
+    TAG_WORD(p) = 0; /* allocated: untagged */
+    b->avail++;
+    b->nmalloc++; /* counted into thread.allocated as the fast path's are */
+    return p;
+  }
+  return malloc_general(size);
+}
+
 static NOINLINE void *malloc_slow(size_t size) {
-  /* Atomic: a thread can get here before strata_init (prof_boot) has finished. */
-  if (unlikely(__atomic_load_n(&prof_on, __ATOMIC_RELAXED))) return malloc_prof(size);
-  /* Cached classes above the lookup table (4-32 KiB): a hit pops the bin here, without
-   * ialloc's general path (wl_xthread: 3 of 4 mallocs are 4-16 KiB; they cost 110
-   * instructions there). A miss, or a thread without its cache, goes the long way. */
-  if (size > SZ_LOOKUP_MAX && likely(strata_tsd.state == TSD_ACTIVE) && !strata_tsd.reentrant) {
+  if (size <= SZ_LOOKUP_MAX) {
+    /* Atomic: a thread can get here before strata_init (prof_boot) has finished. */
+    if (unlikely(__atomic_load_n(&prof_on, __ATOMIC_RELAXED))) return malloc_prof(size);
+  } else if (likely(strata_tsd.state == TSD_ACTIVE) && !strata_tsd.reentrant) {
+    /* Cached classes above the lookup table (4-32 KiB): a hit pops the bin here, without
+     * ialloc's general path (wl_xthread: 3 of 4 mallocs are 4-16 KiB; they cost 110
+     * instructions there). A miss, or a thread without its cache, goes the long way, as
+     * do these classes with prof:true (tcache_nbins_malloc 0: ialloc counts them). */
     szind_t ind = sz_size2index_compute(size);
-    if (ind < tcache_nbins) {
+    if (ind < tcache_nbins_malloc) {
       tbin_t *b = &strata_tsd.tcache->bins[ind];
       void *p = b->head;
       if (likely(p != NULL)) {
@@ -276,11 +273,7 @@ static NOINLINE void *malloc_slow(size_t size) {
       }
     }
   }
-  tsd_t *tsd = tsd_fetch();
-  szind_t ind = sz_size2index(size);
-  void *p = (tsd && ind) ? ialloc(tsd, ind, false, true, NULL) : NULL;
-  if (unlikely(p == NULL)) errno = ENOMEM;
-  return p;
+  return malloc_general(size);
 }
 
 EXPORT void *strata_malloc(size_t size) {

@@ -499,6 +499,7 @@ typedef struct {
    * last look, and how many met contention; pinned: bound by thread.arena, never moved. */
   uint32_t lk_ops, lk_waits;
   uint8_t arena_pinned;
+  int64_t prof_cd; /* prof:true: bytes left before this thread's next sample (prof.c); 0: not drawn */
 } tsd_t;
 HIDDEN extern __thread tsd_t strata_tsd __attribute__((tls_model("initial-exec")));
 /* A bin or extent lock taken for this thread (waited: mtx_lock's result). */
@@ -524,6 +525,9 @@ HIDDEN extern uintptr_t tcache_key;
 #define TAG_WORD(p) (((uintptr_t *)(p))[1])
 #define TAG_OF(p) (tcache_key ^ (uintptr_t)(p))
 HIDDEN extern unsigned tcache_nbins; /* classes cached: 1..tcache_nbins-1 */
+/* The classes malloc_slow pops above the lookup table: below tcache_nbins; none with
+ * prof:true (ialloc counts those allocations' bytes). */
+HIDDEN extern unsigned tcache_nbins_malloc;
 /*
  * Free-list links (issue 11). Every in-band link (thread caches, fill lists, remote
  * chains) is stored as next ^ tcache_key ^ slot, the slot being the free region that
@@ -782,8 +786,6 @@ HIDDEN void prof_boot_late(void); /* after strata is ready: atexit, signal handl
 HIDDEN void prof_take(size_t usize); /* every allocation but malloc_prof's pops: its bytes */
 /* ialloc's count of p (NULL: none), then its sample if it holds the point; reentrant held. */
 HIDDEN void prof_alloc(tsd_t *tsd, void *p, size_t usize);
-/* The thread's countdown: bytes left before its next sample (0: not drawn yet; prof.c). */
-HIDDEN extern __thread int64_t prof_cd __attribute__((tls_model("initial-exec")));
 HIDDEN extern bool prof_want_thread;            /* the dump thread is to be created */
 HIDDEN void prof_free_hook(void);               /* a free's slow path, outside strata: may malloc */
 HIDDEN void prof_after(tsd_t *tsd, void *p, size_t usize); /* records p if prof_take chose it */

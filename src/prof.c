@@ -75,9 +75,8 @@ typedef struct {
   prof_thr_t *thr;       /* this thread's record in dumps, made at its first sample */
 } prof_tdata_t;
 static __thread prof_tdata_t prof_td __attribute__((tls_model("initial-exec")));
-/* Bytes left before the thread's next sample; 0: not drawn yet. Outside prof_td so that
- * malloc_prof (alloc.c) spends it in place. */
-__thread int64_t prof_cd __attribute__((tls_model("initial-exec")));
+/* The countdown itself is strata_tsd.prof_cd, which malloc_prof (alloc.c) spends in place. */
+#define prof_cd (strata_tsd.prof_cd)
 
 static bool prof_active_now;        /* prof.active (atomic) */
 static unsigned prof_lg_sample_now; /* prof.lg_sample, set by prof.reset (atomic) */

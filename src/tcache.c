@@ -18,6 +18,7 @@
 tcache_t tcache_empty; /* every bin empty with max 0: the fast paths always miss */
 uintptr_t tcache_key;
 unsigned tcache_nbins;
+unsigned tcache_nbins_malloc;
 uint32_t tbin_max[TCACHE_NBINS_MAX];
 static uint32_t tbin_align_mask[TCACHE_NBINS_MAX];
 static uint16_t tbin_fill_max[TCACHE_NBINS_MAX];  /* half a bin: the largest fill */
@@ -57,6 +58,7 @@ void tcache_boot(void) {
     if (sz_size[last] > maxsz) last--;
   }
   tcache_nbins = last + 1;
+  tcache_nbins_malloc = prof_on ? 0 : tcache_nbins;
   for (szind_t i = 1; i < tcache_nbins; i++) {
     if (i <= SZ_NSMALL) {
       uint32_t m = bin_info[i].nregs * 2;
