@@ -48,23 +48,6 @@ static inline void alloc_fill(void *p, size_t usize, bool zero) {
   if (unlikely(opt.junk & JUNK_ALLOC) && !zero) memset(p, 0xa5, usize);
 }
 
-/* ialloc's arena path with heap profiling: the bytes count toward the next sample, and
- * this block may be it. Out of line, so that ialloc's registers do not change. */
-static NOINLINE void *ialloc_arena_prof(tsd_t *tsd, arena_t *a, szind_t ind, bool zero) {
-  size_t usize = sz_size[ind];
-  void *p = NULL;
-  prof_take(usize);
-  if (a == NULL) {
-    p = NULL;
-  } else if (ind <= SZ_NSMALL) {
-    p = arena_small_alloc(a, ind, zero || opt.zero);
-  } else {
-    p = arena_large_alloc(a, usize, 0, zero || opt.zero);
-  }
-  prof_after(tsd, p, usize);
-  return p;
-}
-
 /* Allocate class ind; explicit is the MALLOCX_ARENA arena or NULL; use_tcache false for
  * MALLOCX_TCACHE_NONE. */
 static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t *explicit) {
@@ -96,9 +79,7 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
   }
   {
     arena_t *a = explicit ? explicit : tsd_arena(tsd, usize);
-    if (unlikely(prof_on)) {
-      p = ialloc_arena_prof(tsd, a, ind, zero);
-    } else if (a == NULL) {
+    if (a == NULL) {
       p = NULL;
     } else if (ind <= SZ_NSMALL) {
       p = arena_small_alloc(a, ind, zero || opt.zero);
@@ -108,6 +89,8 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
     }
   }
 done:
+  /* Heap profiling: this allocation's bytes, whichever way it was served (prof.c). */
+  if (unlikely(prof_on)) prof_alloc(tsd, p, usize);
   tsd->reentrant = 0;
   if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
   if (likely(p != NULL)) {
@@ -147,8 +130,8 @@ static inline szind_t owned_szind(const void *p, edata_t **edp) {
   *edp = ed;
   if (ed == NULL) return 0;
   if (e & RT_SLAB) {
-    /* The rtree class may be 0 (a user arena's slab; a granule holding a sampled block) or
-     * ind + TBIN_PROF_OFF (prof:true): the slab's own is the one. */
+    /* The rtree class may be 0 (a user arena's slab; a granule holding a sampled block):
+     * the slab's own is the one. */
     szind_t ind = ed->szind;
     uint64_t diff = (uintptr_t)p - ed->addr, regind = (diff * bin_info[ind].div_magic) >> 32;
     return regind * bin_info[ind].size == diff ? ind : 0; /* a region's start, exactly */
@@ -165,9 +148,6 @@ static inline edata_t *lookup_owned(const void *p, szind_t *ind, const char *fun
   return ed;
 }
 
-/* Heap profiling: a sampled block leaves the live set (re-entered from a signal handler,
- * the block is kept, leaked, so the set never names freed memory: returns true); a block
- * may enter the cache only if its bytes are reserved against the next sample (prof.c). */
 static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void *p, edata_t *ed, szind_t ind,
                                                                bool use_tcache) {
   size_t usize = sz_size[ind];
@@ -215,34 +195,15 @@ static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void 
 }
 
 /* Heap profiling: a sampled block leaves the live set (re-entered from a signal handler,
- * the block is kept, leaked, so the set never names freed memory); a cacheable block goes
- * to its class's stash, which the malloc fast path cannot pop (prof.c). Reached by the
- * frees the fast path leaves: a sampled block's granule, a full stash bin, large blocks,
- * sized frees. Out of line, so that idalloc's code does not change with prof:false. */
+ * the block is kept, leaked, so the set never names freed memory); then the block goes
+ * where prof:false's would. Reached by the frees the fast path leaves (a sampled block's
+ * granule, large blocks, full bins, ...). Out of line, so that idalloc's code does not
+ * change with prof:false. */
 static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
   if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("free", p);
   if (unlikely(prof_maybe_sampled(p, ed, ind)) && prof_free_sampled(tsd, p, ed)) return;
   if (unlikely(prof_want_thread)) prof_free_hook();
-  /* Where idalloc's cache path would push, the block goes to the stash (tcache.c). */
-  if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant && !tsd->in_hook && tsd->state == TSD_ACTIVE &&
-             !arena_ind_is_user(edata_arena_ind(ed)) && ed->arena_id != GUARD_ARENA)) {
-    if (ind <= SZ_NSMALL) {
-      tsd->reentrant = 1;
-      tcache_prof_stash_small(tsd->tcache, ind, p);
-      tsd->reentrant = 0;
-      tsd->deallocated += sz_size[ind];
-      return;
-    }
-    if (likely(tcache_prof_stash_push(tsd->tcache, ind, p))) {
-      tsd->deallocated += sz_size[ind];
-      return;
-    }
-  } else if (ind < tcache_nbins && use_tcache && !tsd->reentrant && !tsd->in_hook && tsd->state == TSD_NOMINAL) {
-    /* A thread whose first call is a free gets its cache now (its later frees take the
-     * fast path); this block goes to its arena, as in idalloc_body. */
-    (void)tcache_get_slow(tsd);
-  }
-  idalloc_body(tsd, p, ed, ind, false); /* to the arena */
+  idalloc_body(tsd, p, ed, ind, use_tcache);
 }
 
 static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
@@ -254,33 +215,48 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
 }
 
 /* ---------------------------------------------------------------- malloc / free */
-/* Heap profiling: a fast-path miss of a class the lookup table covers swaps the class's
- * stash bin into its bin when the countdown allows (tcache_prof_swap, internal.h), else
- * takes malloc_slow's general path (tcache_alloc_hard's prof fill). */
-static NOINLINE void *malloc_prof_miss(size_t size) {
-  tsd_t *tsd = &strata_tsd;
-  if (likely(size <= SZ_LOOKUP_MAX && tsd->state == TSD_ACTIVE) && !tsd->reentrant && !tsd->in_hook) {
-    szind_t ind = sz_lookup_read(size);
-    void *p = tcache_prof_swap(tsd->tcache, ind);
-    if (likely(p != NULL)) {
-      tsd->tcache->bins[ind].nmalloc++; /* counted into thread.allocated as a pop */
-      return p;
-    }
-  }
-  tsd = tsd_fetch();
+/* malloc's general path: ialloc (which counts the bytes with prof:true). */
+static NOINLINE void *malloc_general(size_t size) {
+  tsd_t *tsd = tsd_fetch();
   szind_t ind = sz_size2index(size);
   void *p = (tsd && ind) ? ialloc(tsd, ind, false, true, NULL) : NULL;
   if (unlikely(p == NULL)) errno = ENOMEM;
   return p;
 }
 
+/* Heap profiling's malloc (prof.c) for the sizes of the lookup table: the fast path always
+ * misses to here (its table, sz_malloc_lookup, is all 0). The class's bin is popped as the
+ * fast path would (an empty cache, tcache_empty, misses) and its bytes spent from the
+ * thread's countdown; the allocation that would reach zero, and a miss, take ialloc,
+ * which counts it (prof_alloc) and samples it if it holds the sampling point. */
+static NOINLINE void *malloc_prof(size_t size) {
+  tsd_t *tsd = &strata_tsd;
+  szind_t ind = sz_lookup_read(size);
+  tbin_t *b = &tsd->tcache->bins[ind];
+  void *p = b->head;
+  int64_t c = tsd->prof_cd - (int64_t)sz_size[ind];
+  if (likely((((uintptr_t)p - 1) >> 47) == 0 && c > 0)) {
+    tsd->prof_cd = c;
+    b->head = LINK_DEC(p);
+    TAG_WORD(p) = 0; /* allocated: untagged */
+    b->avail++;
+    b->nmalloc++; /* counted into thread.allocated as the fast path's are */
+    return p;
+  }
+  return malloc_general(size);
+}
+
 static NOINLINE void *malloc_slow(size_t size) {
-  /* Cached classes above the lookup table (4-32 KiB): a hit pops the bin here, without
-   * ialloc's general path (wl_xthread: 3 of 4 mallocs are 4-16 KiB; they cost 110
-   * instructions there). A miss, or a thread without its cache, goes the long way. */
-  if (size > SZ_LOOKUP_MAX && likely(strata_tsd.state == TSD_ACTIVE) && !strata_tsd.reentrant) {
+  if (size <= SZ_LOOKUP_MAX) {
+    /* Atomic: a thread can get here before strata_init (prof_boot) has finished. */
+    if (unlikely(__atomic_load_n(&prof_on, __ATOMIC_RELAXED))) return malloc_prof(size);
+  } else if (likely(strata_tsd.state == TSD_ACTIVE) && !strata_tsd.reentrant) {
+    /* Cached classes above the lookup table (4-32 KiB): a hit pops the bin here, without
+     * ialloc's general path (wl_xthread: 3 of 4 mallocs are 4-16 KiB; they cost 110
+     * instructions there). A miss, or a thread without its cache, goes the long way, as
+     * do these classes with prof:true (tcache_nbins_malloc 0: ialloc counts them). */
     szind_t ind = sz_size2index_compute(size);
-    if (ind < tcache_nbins) {
+    if (ind < tcache_nbins_malloc) {
       tbin_t *b = &strata_tsd.tcache->bins[ind];
       void *p = b->head;
       if (likely(p != NULL)) {
@@ -296,20 +272,13 @@ static NOINLINE void *malloc_slow(size_t size) {
         return p;
       }
     }
-  } else if (unlikely(__atomic_load_n(&prof_on, __ATOMIC_RELAXED))) {
-    /* Atomic: a thread can get here before strata_init (prof_boot) has finished. */
-    return malloc_prof_miss(size);
   }
-  tsd_t *tsd = tsd_fetch();
-  szind_t ind = sz_size2index(size);
-  void *p = (tsd && ind) ? ialloc(tsd, ind, false, true, NULL) : NULL;
-  if (unlikely(p == NULL)) errno = ENOMEM;
-  return p;
+  return malloc_general(size);
 }
 
 EXPORT void *strata_malloc(size_t size) {
   if (likely(size <= SZ_LOOKUP_MAX)) {
-    size_t ind = sz_lookup_read(size);
+    size_t ind = sz_malloc_lookup_read(size); /* all 0 with prof:true: to malloc_prof */
     tbin_t *b = &strata_tsd.tcache->bins[ind];
     void *p = b->head;
     /* Not NULL and canonical: a corrupted link decodes to noise, which fails this. */
@@ -387,10 +356,7 @@ static inline void free_sized_impl(void *p, size_t size, const char *func) {
   uint64_t *slot = rtree_slot((uintptr_t)p);
   if (likely(slot != NULL && size <= SZ_LOOKUP_MAX)) {
     size_t ind = rt_szind(__atomic_load_n(slot, __ATOMIC_RELAXED));
-    /* prof:true: a small class's slabs carry ind + TBIN_PROF_OFF (its stash bin), which
-     * prof:false never writes; tested only when the first compare fails. */
-    size_t want = sz_lookup_read(size);
-    if ((likely(ind == want) || ind == want + TBIN_PROF_OFF) && likely(free_fast(p, ind))) return;
+    if (likely(ind == sz_lookup_read(size)) && likely(free_fast(p, ind))) return;
   }
   sized_free_slow(p, size, 0, true, func);
 }
@@ -634,8 +600,10 @@ static void *mallocx_impl(tsd_t *tsd, size_t size, int flags) {
   tcache_t *tc = flag_tcache(flags, "mallocx");
   size_t align = flag_align(flags);
   bool use_tcache = FLAG_TCACHE(flags) != 1;
+  /* (prof:true: ialloc, which counts the bytes; the reserve is never made, so
+   * strata_mallocx's reserve path never serves either.) */
   if (ar != NULL && ar->user && align <= 8 && likely(size <= SZ_LOOKUP_MAX) && !tsd->in_hook &&
-      !tsd->reentrant) {
+      !tsd->reentrant && likely(!prof_on)) {
     /* A user arena's small classes: the thread's reserve, checked against the arena's
      * generation, so a reset or destroy never lets a stale region out. */
     szind_t ind = sz_lookup_read(size);
@@ -657,8 +625,9 @@ static void *mallocx_impl(tsd_t *tsd, size_t size, int flags) {
     alloc_fill(p, usize, FLAG_ZERO(flags) || opt.zero);
     return p;
   }
-  /* Heap profiling: an explicit cache's blocks are not reserved against the thread's next
-   * sample, so with prof:true MALLOCX_TCACHE(tc) uses the thread's cache (as dallocx). */
+  /* Heap profiling: the explicit caches' paths (ialloc_tc, idalloc_tc) neither count bytes
+   * nor look for sampled blocks, so with prof:true MALLOCX_TCACHE(tc) uses the thread's
+   * cache (as dallocx does). */
   if (unlikely(prof_on)) tc = NULL;
   if (tc != NULL && ar == NULL && align <= os_page) { /* MALLOCX_ARENA always bypasses caches */
     size_t usize = align > 8 ? sz_sa2u(size, align) : size;

@@ -215,6 +215,13 @@ HIDDEN szind_t sz_size2index_compute(size_t size);
 static inline szind_t sz_lookup_read(size_t size) {
   return __atomic_load_n(&sz_lookup[(size + 7) >> 3], __ATOMIC_RELAXED);
 }
+/* The malloc fast path's own copy (strata_malloc only): sz_lookup with prof:false, all 0
+ * with prof:true (sz_init), so that every malloc misses bin 0 to malloc_slow's prof:true
+ * entry; the same instructions as reading sz_lookup, at another address. */
+HIDDEN extern uint8_t sz_malloc_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
+static inline szind_t sz_malloc_lookup_read(size_t size) {
+  return __atomic_load_n(&sz_malloc_lookup[(size + 7) >> 3], __ATOMIC_RELAXED);
+}
 static inline szind_t sz_size2index(size_t size) {
   if (likely(size <= SZ_LOOKUP_MAX)) return sz_lookup_read(size);
   return sz_size2index_compute(size);
@@ -460,14 +467,9 @@ typedef struct {
 HIDDEN extern uint32_t tbin_max[];
 static inline uint32_t tbin_count(const tbin_t *b, unsigned ind) { return tbin_max[ind] - b->avail; }
 #define TCACHE_NBINS_MAX 74 /* classes 1..73: up to 8 MiB, jemalloc's tcache_max limit */
-/* Heap profiling (prof:true): small class i's slab granules carry class i + TBIN_PROF_OFF
- * in the rtree, so the free fast path pushes onto bins[i + TBIN_PROF_OFF], a *stash* the
- * malloc fast path never pops (prof.c); with prof:false those bins stay unused. */
-#define TBIN_PROF_OFF (TCACHE_NBINS_MAX - 1)
-#define TCACHE_BINS_ALL (TCACHE_NBINS_MAX + SZ_NSMALL)
 typedef struct tcache_s tcache_t;
 struct tcache_s {
-  tbin_t bins[TCACHE_BINS_ALL];
+  tbin_t bins[TCACHE_NBINS_MAX];
   arena_t *arena;
   tcache_t *next, *prev;         /* registry, for fork and stats */
   uint32_t gc_ticks, gc_bin;
@@ -482,7 +484,6 @@ struct tcache_s {
   uint16_t fill[TCACHE_NBINS_MAX];
   size_t bytes;                  /* this cache's share of tcache_total */
   size_t gc_bytes;               /* uncached bytes allocated since the last byte-driven GC visit */
-  void *prof_stash;              /* heap profiling only: freed blocks not yet poppable (tcache.c) */
 };
 enum { TSD_NOMINAL = 0, TSD_ACTIVE, TSD_NOCACHE, TSD_DEAD };
 typedef struct {
@@ -498,6 +499,7 @@ typedef struct {
    * last look, and how many met contention; pinned: bound by thread.arena, never moved. */
   uint32_t lk_ops, lk_waits;
   uint8_t arena_pinned;
+  int64_t prof_cd; /* prof:true: bytes left before this thread's next sample (prof.c); 0: not drawn */
 } tsd_t;
 HIDDEN extern __thread tsd_t strata_tsd __attribute__((tls_model("initial-exec")));
 /* A bin or extent lock taken for this thread (waited: mtx_lock's result). */
@@ -523,6 +525,9 @@ HIDDEN extern uintptr_t tcache_key;
 #define TAG_WORD(p) (((uintptr_t *)(p))[1])
 #define TAG_OF(p) (tcache_key ^ (uintptr_t)(p))
 HIDDEN extern unsigned tcache_nbins; /* classes cached: 1..tcache_nbins-1 */
+/* The classes malloc_slow pops above the lookup table: below tcache_nbins; none with
+ * prof:true (ialloc counts those allocations' bytes). */
+HIDDEN extern unsigned tcache_nbins_malloc;
 /*
  * Free-list links (issue 11). Every in-band link (thread caches, fill lists, remote
  * chains) is stored as next ^ tcache_key ^ slot, the slot being the free region that
@@ -750,13 +755,14 @@ HIDDEN void bg_postfork_child(void);
 
 /* ------------------------------------------------------------------ prof.c, prof_dump.c */
 /*
- * Heap profiling. With opt.prof (fixed at start) every byte a thread can pop from its
- * cache is reserved against its class's countdown to the next sample (one exponential
- * countdown per class: together a Poisson process over all bytes), so the fast malloc
- * path needs no counter; frees stay on the fast path but land in per-class stash bins
- * the malloc fast path cannot pop (the slabs' rtree class is ind + TBIN_PROF_OFF), and a
- * sampled small block's granule carries class 0 so that its free takes the slow path;
- * see prof.c. With prof:false nothing here runs.
+ * Heap profiling. With opt.prof (fixed at start) malloc's fast path reads its class from
+ * sz_malloc_lookup, which then holds 0 (bin 0 is always empty), so every malloc goes to
+ * malloc_slow's prof:true entry: it pops the real class's bin (LIFO, the bin free pushes
+ * onto), spends the usable size from the thread's byte countdown (prof_cd) and leaves for
+ * the sampling path only when that crosses zero (jemalloc's byte threshold). Every other
+ * allocation path counts its bytes with prof_take. Frees are prof:false's; a sampled
+ * small block's granule carries class 0 so that its free takes the slow path; see
+ * prof.c. With prof:false nothing here runs.
  */
 enum { PROF_FMT_JEMALLOC = 1, PROF_FMT_PPROF = 2 };
 #define PROF_THR_NAME 64 /* thread.prof.name, NUL included */
@@ -777,59 +783,11 @@ HIDDEN extern prof_opt_t prof_opt;
 HIDDEN extern bool prof_on;
 HIDDEN void prof_boot(void);      /* in strata_init, before tcache_boot */
 HIDDEN void prof_boot_late(void); /* after strata is ready: atexit, signal handler */
-HIDDEN void prof_take(size_t usize); /* an allocation not served from reserved cache bytes */
-HIDDEN unsigned prof_fill_limit(szind_t ind, unsigned want); /* takes the first; reserves the rest */
-HIDDEN void prof_credit_return(szind_t ind, size_t bytes); /* reserved bytes of class ind not popped */
-/* The thread's countdowns (bytes to its next sample per cached class; prof.c). */
-HIDDEN extern __thread int64_t prof_cd[TCACHE_NBINS_MAX] __attribute__((tls_model("initial-exec")));
-/* A swap reached its GC tick (counted already): the cache's GC visit (tcache.c). */
-HIDDEN void tcache_prof_gc_tick(tcache_t *tc, szind_t ind);
-/* The miss of small class ind's empty bin (malloc's fast path, via malloc_prof_miss; the
- * prof fill of tcache_alloc_hard): when every byte of the class's stash bin fits before
- * its sampling point (countdown c > n s, exactly when each of the n blocks spent one by
- * one would find c above its size, so none holds the point), the stash's list becomes
- * the bin's in O(1), most recently freed first (prof:false's LIFO order), and n s is
- * spent. No arena, lock or publishing to tcache_total (GC visits and arena fills
- * publish), one GC tick as a fill. Returns the first block, popped and untagged (the
- * caller counts it); NULL when the countdown is not drawn or too near, the stash is empty
- * (a class not cached: tbin_max 0) or the bin is not empty. */
-static inline void *tcache_prof_swap(tcache_t *tc, szind_t ind) {
-  tbin_t *b = &tc->bins[ind], *sb = &tc->bins[ind + TBIN_PROF_OFF];
-  uint32_t n = tbin_max[ind] - sb->avail; /* the stash bin's count */
-  int64_t c = prof_cd[ind], bytes = (int64_t)n * (int64_t)sz_size[ind];
-  if (unlikely(n == 0 || c <= bytes || b->head != NULL)) return NULL;
-  void *p = sb->head;
-  if (unlikely(!link_plausible(p))) strata_heap_corruption(p, ind);
-  prof_cd[ind] = c - bytes;
-  b->head = link_next(p, ind);
-  b->avail -= n - 1;
-  sb->head = NULL;
-  sb->avail = tbin_max[ind];
-  TAG_WORD(p) = 0; /* allocated: untagged */
-  tc->events[ind] = 1;
-  if (unlikely(++tc->gc_ticks >= tc->gc_every)) tcache_prof_gc_tick(tc, ind);
-  return p;
-}
+HIDDEN void prof_take(size_t usize); /* every allocation but malloc_prof's pops: its bytes */
+/* ialloc's count of p (NULL: none), then its sample if it holds the point; reentrant held. */
+HIDDEN void prof_alloc(tsd_t *tsd, void *p, size_t usize);
 HIDDEN extern bool prof_want_thread;            /* the dump thread is to be created */
 HIDDEN void prof_free_hook(void);               /* a free's slow path, outside strata: may malloc */
-/* tcache.c, for the profiler: small frees go to the stash bins, large ones to a per-class
- * stash (prof_stash_t); fills take from them. */
-HIDDEN void tcache_prof_stash_small(tcache_t *tc, szind_t ind, void *p); /* reentrant held */
-typedef struct {
-  void *head[TCACHE_NBINS_MAX];
-  uint32_t n[TCACHE_NBINS_MAX];
-} prof_stash_t;
-HIDDEN prof_stash_t *tcache_prof_stash(tcache_t *tc); /* created on first use; NULL on OOM */
-static inline bool tcache_prof_stash_push(tcache_t *tc, szind_t ind, void *p) { /* false: full */
-  prof_stash_t *s = tc->prof_stash;
-  if (unlikely(s == NULL) && (s = tcache_prof_stash(tc)) == NULL) return false;
-  if (unlikely(s->n[ind] >= 2 * tbin_max[ind])) return false; /* full: to the arena */
-  if (ind <= SZ_NSMALL) TAG_WORD(p) = TAG_OF(p);
-  LINK_SET(p, s->head[ind]);
-  s->head[ind] = p;
-  s->n[ind]++;
-  return true;
-}
 HIDDEN void prof_after(tsd_t *tsd, void *p, size_t usize); /* records p if prof_take chose it */
 HIDDEN bool prof_free_sampled(tsd_t *tsd, void *p, edata_t *ed); /* true: leak p (re-entered) */
 static inline bool prof_is_sampled(const edata_t *ed) {

@@ -3,24 +3,19 @@
  * sampled blocks, prof.reset, dump triggers (prof.dump, interval, high-water mark,
  * signal, exit) and the prof mallctls. The writers are in prof_dump.c.
  *
- * Sampling without a fast-path counter. jemalloc counts bytes down on every allocation;
- * strata's malloc fast path has no counter to spare (thread.allocated is derived from the
- * caches' nmalloc counts). Instead each thread keeps one exponential countdown per cached
- * class (and one for every other allocation): a fill spends the bytes of the blocks it
- * puts in the bin's list (it reserves them), stopping before the block that would hold
- * the class's sampling point, so that block is the first of the next fill and is the
- * sampled one; pops need no check. Independent Poisson processes over disjoint byte
- * streams add up to one over all bytes with the same rate, so each block of size s is
- * still sampled with probability 1 - exp(-s/rate), as with jemalloc's single countdown;
- * and no class's reservation waits on another's. Reserved blocks flushed unpopped (GC,
- * tcache.flush) give their bytes back to their class's countdown. A miss whose class's
- * countdown is above all the bytes of its stash bin swaps that stash in whole and spends
- * them at once (tcache_prof_swap), as spending them block by block would.
- * Frees stay on the fast path: a small class's slabs carry class ind + TBIN_PROF_OFF in
- * the rtree, so the free fast path pushes onto that class's stash bin, which the malloc
- * fast path never pops; fills take from it. A sampled small block's granule carries class
- * 0 while the block lives, so its free (and its neighbours') takes the slow path, which
- * finds it in the live set (gran_poison / gran_restore). prof:false changes nothing.
+ * Sampling: jemalloc's byte countdown. Each thread counts every allocated byte down from
+ * an exponential interval of mean 2^lg_prof_sample (prof_cd); an allocation that reaches
+ * zero within its bytes is sampled and a new interval starts, so each block of size s is
+ * sampled with probability 1 - exp(-s/rate). With prof:true malloc's fast path always
+ * misses (its lookup table, sz_malloc_lookup, is all 0), and malloc_slow's prof:true entry
+ * (malloc_prof, alloc.c) pops the real class's bin and spends the bytes, leaving for the
+ * sampling path only when the countdown would cross zero; every other allocation path
+ * calls prof_take. Frees are prof:false's: LIFO onto the same bins, so a block freed now is
+ * the next one malloc gets (an earlier design reserved cached bytes against per-class
+ * countdowns and kept frees in separate stash bins, which cost the cache misses of FIFO-like
+ * reuse; docs/design.md). A sampled small block's granule carries class 0 in the rtree while
+ * the block lives, so its free (and its neighbours') takes the slow path, which finds it in
+ * the live set (gran_poison / gran_restore). prof:false changes nothing.
  * Sampled small blocks stay in their slab; the slab's edata counts them (prof_nsampled),
  * so a free looks in the live set only when its extent holds a sampled block.
  * Lock order: prof_dump_lock, then prof_lock, then meta_lock. prof_lock is held only with
@@ -73,18 +68,15 @@ static prof_thr_t *thr_all;
 static uint64_t thr_uid_next;
 
 typedef struct {
-  /* The length each countdown (prof_cd) was drawn with (for lg_prof_interval). */
-  uint64_t cdlen[TCACHE_NBINS_MAX];
+  uint64_t cdlen; /* the length prof_cd was drawn with (for lg_prof_interval) */
   uint64_t rng;
   bool init, active, pending, busy;
   char name[PROF_THR_NAME]; /* thread.prof.name */
   prof_thr_t *thr;       /* this thread's record in dumps, made at its first sample */
 } prof_tdata_t;
 static __thread prof_tdata_t prof_td __attribute__((tls_model("initial-exec")));
-/* Bytes left before the thread's next sample, one countdown per cached class (index 0:
- * every allocation not served through a cache bin); 0: not drawn yet. Outside prof_td so
- * that the stash swap (tcache_prof_swap, internal.h) reads and spends it in place. */
-__thread int64_t prof_cd[TCACHE_NBINS_MAX] __attribute__((tls_model("initial-exec")));
+/* The countdown itself is strata_tsd.prof_cd, which malloc_prof (alloc.c) spends in place. */
+#define prof_cd (strata_tsd.prof_cd)
 
 static bool prof_active_now;        /* prof.active (atomic) */
 static unsigned prof_lg_sample_now; /* prof.lg_sample, set by prof.reset (atomic) */
@@ -183,40 +175,28 @@ void prof_free_hook(void) { /* called from idalloc, outside strata: may malloc *
   if (__atomic_exchange_n(&prof_want_thread, false, __ATOMIC_ACQ_REL)) dump_thread_start();
 }
 
-void prof_credit_return(szind_t ind, size_t bytes) { prof_cd[ind] += (int64_t)bytes; }
-
-/* Countdown k spends usize bytes; true when this allocation holds the sampling point
+/* The countdown spends usize bytes; true when this allocation holds the sampling point
  * (jemalloc's decision: the countdown reaches zero within its bytes), after which a new
  * exponential interval starts at its end. */
-static bool cd_take(prof_tdata_t *td, unsigned k, size_t usize) {
+static bool cd_take(prof_tdata_t *td, size_t usize) {
   if (unlikely(!td->init)) td_init(td);
-  int64_t *c = &prof_cd[k];
-  if (unlikely(*c <= 0)) *c = (int64_t)(td->cdlen[k] = draw_interval(td));
-  if (likely(*c > (int64_t)usize)) {
-    *c -= (int64_t)usize;
+  if (unlikely(prof_cd <= 0)) prof_cd = (int64_t)(td->cdlen = draw_interval(td));
+  if (likely(prof_cd > (int64_t)usize)) {
+    prof_cd -= (int64_t)usize;
     return false;
   }
-  interval_note(td->cdlen[k]);
-  *c = (int64_t)(td->cdlen[k] = draw_interval(td));
+  interval_note(td->cdlen);
+  prof_cd = (int64_t)(td->cdlen = draw_interval(td));
   td->pending = !td->busy && td->active && __atomic_load_n(&prof_active_now, __ATOMIC_RELAXED);
   return true;
 }
 
-void prof_take(size_t usize) { cd_take(&prof_td, 0, usize); }
+void prof_take(size_t usize) { cd_take(&prof_td, usize); }
 
-unsigned prof_fill_limit(szind_t ind, unsigned want) {
-  prof_tdata_t *td = &prof_td;
-  size_t s = sz_size[ind];
-  cd_take(td, ind, s);
-  if (td->pending || want <= 1) return 1;
-  /* Reserve the blocks that end before the class's sampling point: the next fill's first
-   * block is the sampled one. (c - 1) / s by the class's magic, corrected. */
-  uint64_t c1 = (uint64_t)(prof_cd[ind] - 1);
-  uint64_t room = c1 < ((uint64_t)1 << 32) ? (c1 * bin_info[ind].div_magic) >> 32 : want;
-  if (room < want && room * s > c1) room--;
-  unsigned extra = room < want - 1 ? (unsigned)room : want - 1;
-  prof_cd[ind] -= (int64_t)(extra * s);
-  return 1 + extra;
+void prof_alloc(tsd_t *tsd, void *p, size_t usize) {
+  if (p == NULL) return;
+  cd_take(&prof_td, usize);
+  prof_after(tsd, p, usize);
 }
 
 /* ---------------------------------------------------------------- tables (prof_lock held) */
@@ -303,8 +283,7 @@ static void live_remove(live_t *e) {
 
 /* ---------------------------------------------------------------- routing (prof_lock held) */
 /* A sampled small block's granule carries class 0 in the rtree while the block lives, so
- * that its free leaves the fast path (which pushes onto the stash bin of the granule's
- * class) and reaches prof_free_sampled; the other blocks of that granule take the slow
+ * that its free leaves the fast path and reaches prof_free_sampled; the other blocks of that granule take the slow
  * path meanwhile (prof_maybe_sampled sends them on without the lock unless their slab
  * holds a sample). Changed only under prof_lock: a sample and a sampled free of the same
  * granule cannot interleave. */
@@ -326,7 +305,7 @@ static void gran_restore(edata_t *ed, uintptr_t p) {
       if (q != p && live_find(q) != NULL) return;
     }
   }
-  rtree_write(g, rt_make(ed, arena_of(ed)->user ? 0 : ind + TBIN_PROF_OFF, 1));
+  rtree_write(g, rt_make(ed, arena_of(ed)->user ? 0 : ind, 1));
 }
 
 /* This thread's record: a dead one with no live samples is reused (prof_lock held). */

@@ -5,6 +5,7 @@
 #include "internal.h"
 
 uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
+uint8_t sz_malloc_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
 size_t sz_size[SZ_NCLASSES + 1];
 bin_info_t bin_info[SZ_NSMALL + 1];
 
@@ -57,8 +58,12 @@ size_t sz_sa2u(size_t size, size_t align) {
 
 void sz_init(void) {
   for (szind_t i = 1; i <= SZ_NCLASSES; i++) sz_size[i] = class_size(i);
-  for (size_t s = 0; s <= SZ_LOOKUP_MAX; s += 8)
-    __atomic_store_n(&sz_lookup[s >> 3], (uint8_t)sz_size2index_compute(s ? s : 1), __ATOMIC_RELAXED);
+  for (size_t s = 0; s <= SZ_LOOKUP_MAX; s += 8) {
+    uint8_t ind = (uint8_t)sz_size2index_compute(s ? s : 1);
+    __atomic_store_n(&sz_lookup[s >> 3], ind, __ATOMIC_RELAXED);
+    /* prof:true (prof_boot ran first) leaves malloc's copy all 0: see sz_malloc_lookup. */
+    __atomic_store_n(&sz_malloc_lookup[s >> 3], prof_on ? 0 : ind, __ATOMIC_RELAXED);
+  }
   for (szind_t i = 1; i <= SZ_NSMALL; i++) {
     size_t size = sz_size[i], best = 0, best_waste = (size_t)-1;
     size_t smin = size <= SLAB_TINY_MAX ? SLAB_MIN_TINY : SLAB_MIN;

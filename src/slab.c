@@ -87,9 +87,8 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
     s->slab = 1;
     s->szind = (uint16_t)ind;
     s->bitmap = bm; /* before the elock goes: a reset may find the slab */
-    /* class 0: free() of a user arena's block skips the caches; prof:true: the free fast
-     * path's stash bins (TBIN_PROF_OFF) */
-    extent_register(s, a->user ? 0 : ind + (unlikely(prof_on) ? TBIN_PROF_OFF : 0), true);
+    /* class 0: free() of a user arena's block skips the caches */
+    extent_register(s, a->user ? 0 : ind, true);
   }
   mtx_unlock(&a->elock);
   if (hooked) {

@@ -18,6 +18,7 @@
 tcache_t tcache_empty; /* every bin empty with max 0: the fast paths always miss */
 uintptr_t tcache_key;
 unsigned tcache_nbins;
+unsigned tcache_nbins_malloc;
 uint32_t tbin_max[TCACHE_NBINS_MAX];
 static uint32_t tbin_align_mask[TCACHE_NBINS_MAX];
 static uint16_t tbin_fill_max[TCACHE_NBINS_MAX];  /* half a bin: the largest fill */
@@ -57,6 +58,7 @@ void tcache_boot(void) {
     if (sz_size[last] > maxsz) last--;
   }
   tcache_nbins = last + 1;
+  tcache_nbins_malloc = prof_on ? 0 : tcache_nbins;
   for (szind_t i = 1; i < tcache_nbins; i++) {
     if (i <= SZ_NSMALL) {
       uint32_t m = bin_info[i].nregs * 2;
@@ -72,23 +74,13 @@ void tcache_boot(void) {
   }
 }
 
-/* Heap profiling: room of small class i's stash bin (bins[i + TBIN_PROF_OFF]). */
-static inline uint32_t stash_cap(szind_t i) { return tbin_max[i]; } /* ≤ the bin: taken whole */
-static inline uint32_t stash_count(const tbin_t *sb, szind_t i) { return stash_cap(i) - sb->avail; }
-
 /* Every bin empty, with its room and alignment check. */
 static void tcache_reset_bins(tcache_t *tc) {
-  void *stash = tc->prof_stash; /* a pooled cache keeps its (empty) profiler stash */
   memset(tc, 0, sizeof(*tc));
-  tc->prof_stash = stash;
   for (szind_t i = 1; i < tcache_nbins; i++) {
     tc->bins[i].avail = tbin_max[i];
     tc->bins[i].align_mask = tbin_align_mask[i];
     tc->fill[i] = tbin_fill_init[i];
-    if (unlikely(prof_on) && i <= SZ_NSMALL) { /* the free fast path's stash (prof.c) */
-      tc->bins[i + TBIN_PROF_OFF].avail = stash_cap(i);
-      tc->bins[i + TBIN_PROF_OFF].align_mask = tbin_align_mask[i];
-    }
   }
   tc->gc_every = GC_INTERVAL;
 }
@@ -130,13 +122,12 @@ typedef struct {
  * run's slab is a multiple of the size within the slab's used bytes. Power-of-two
  * classes skip the multiple test (check_start false): free() checked the alignment,
  * which proves it. Specialised for both, so the per-region loop has no test of it. */
-/* Heap profiling (prof.c): a slab's granules carry class ind + TBIN_PROF_OFF, or 0 where
- * a sampled block starts (its other regions are cached as any other). Out of line, so the
- * scan's code does not change with prof:false. */
+/* Heap profiling (prof.c): a slab's granule carries class 0 where a sampled block starts
+ * (its other regions are cached as any other). Out of line, so the scan's code does not
+ * change with prof:false. */
 static NOINLINE bool flush_prof_class_ok(uint64_t e, szind_t ind) {
   edata_t *ed = rt_edata(e);
   if (!prof_on || !(e & RT_SLAB) || ed == NULL) return false;
-  if (rt_szind(e) == ind + TBIN_PROF_OFF) return true;
   return rt_szind(e) == 0 && ed->szind == ind && !arena_ind_is_user(edata_arena_ind(ed));
 }
 
@@ -176,7 +167,7 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
 /* Flush all but `keep` of bin ind, taking them from the head of the list. Each region is
  * validated against the rtree (a slab of this class and a region start; a large extent
  * of this class that starts at the pointer), then returned to its owner arena. rt_ind:
- * the rtree class expected of the slabs (ind; ind + TBIN_PROF_OFF for a stash bin). */
+ * the rtree class expected of the slabs (ind). */
 static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_t *b, szind_t ind, szind_t rt_ind,
                                                              uint32_t max, uint32_t keep) {
   sassert(max - b->avail <= max);
@@ -230,11 +221,6 @@ static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
   flush_tbin(tc, &tc->bins[ind], ind, ind, tbin_max[ind], keep);
 }
 
-/* Heap profiling: flush small class ind's stash bin down to keep blocks. */
-static NOINLINE void stash_flush(tcache_t *tc, szind_t ind, uint32_t keep) {
-  flush_tbin(tc, &tc->bins[ind + TBIN_PROF_OFF], ind, ind + TBIN_PROF_OFF, stash_cap(ind), keep);
-}
-
 /* Bring bin ind's share of tcache_total up to date (slow paths only: one atomic add). */
 static void tcache_publish(tcache_t *tc, szind_t ind) {
   uint32_t c = tbin_count(&tc->bins[ind], ind);
@@ -249,12 +235,10 @@ static inline bool tcache_over_cap(void) {
   return opt.tcache_total_max && __atomic_load_n(&tcache_total, __ATOMIC_RELAXED) > opt.tcache_total_max;
 }
 
-/* The GC's flush of an idle bin: half of it, or all over the global cap. With prof:true
- * the flushed blocks' reservations return to the class's countdown (prof.c). */
+/* The GC's flush of an idle bin: half of it, or all over the global cap. */
 static NOINLINE void tcache_gc_flush(tcache_t *tc, szind_t g, bool over) {
   uint32_t c = tbin_count(&tc->bins[g], g), keep = over ? 0 : c / 2;
   tcache_flush_bin(tc, g, keep);
-  if (unlikely(prof_on)) prof_credit_return(g, (size_t)(c - keep) * sz_size[g]);
 }
 
 static void tcache_gc_visit(tcache_t *tc, szind_t ind);
@@ -294,10 +278,7 @@ static void tcache_gc_visit(tcache_t *tc, szind_t ind) {
   tc->events[g] = 0;
 }
 
-static void *alloc_hard_prof(tcache_t *tc, szind_t ind);
-
 void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
-  if (unlikely(prof_on)) return alloc_hard_prof(tc, ind);
   tbin_t *b = &tc->bins[ind];
   void *p;
   if (ind <= SZ_NSMALL) {
@@ -318,129 +299,6 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
     p = arena_large_alloc(tc->arena, sz_size[ind], 0, false);
   }
   tcache_event(tc, ind);
-  return p;
-}
-
-/* ---------------------------------------------------------------- heap profiling */
-/*
- * With prof:true (prof.c) the malloc fast path pops only blocks whose bytes are reserved
- * against their class's countdown to its next sample. Frees of small blocks go (fast or
- * slow) to the class's stash bin, bins[ind + TBIN_PROF_OFF], which the malloc fast path
- * never pops: the slabs' rtree class points the free fast path there. A miss swaps the
- * whole stash in when the countdown allows (tcache_prof_swap, internal.h: from malloc's
- * miss in alloc.c and from alloc_hard_prof); otherwise fills take from the stash first
- * (no arena trip, the whole list in O(1) when it fits). Large classes (always freed on
- * the slow path) keep the small prof_stash_t.
- */
-prof_stash_t *tcache_prof_stash(tcache_t *tc) {
-  if (tc->prof_stash == NULL) tc->prof_stash = meta_alloc(sizeof(prof_stash_t));
-  return tc->prof_stash;
-}
-
-/* Up to n blocks off a prof_stash_t list (NULL-terminated), linked, NULL-terminated; the
- * count taken. All of it without a walk. */
-static unsigned stash_take(prof_stash_t *s, szind_t ind, unsigned n, void **head) {
-  if (s == NULL || s->n[ind] == 0) return 0;
-  void *first = s->head[ind];
-  if (n >= s->n[ind]) {
-    n = s->n[ind];
-    s->head[ind] = NULL;
-    s->n[ind] = 0;
-    *head = first;
-    return n;
-  }
-  void *last = first;
-  for (unsigned i = 1; i < n; i++) last = link_next(last, ind);
-  s->head[ind] = link_next(last, ind);
-  LINK_SET(last, NULL);
-  s->n[ind] -= n;
-  *head = first;
-  return n;
-}
-
-/* Up to n blocks off small class ind's stash bin (its list is NULL-terminated). */
-static unsigned stash_bin_take(tcache_t *tc, szind_t ind, unsigned n, void **head) {
-  tbin_t *sb = &tc->bins[ind + TBIN_PROF_OFF];
-  uint32_t have = stash_count(sb, ind);
-  if (have == 0) return 0;
-  void *first = sb->head;
-  if (unlikely(!link_plausible(first))) strata_heap_corruption(first, ind);
-  if (have <= n) { /* all of it: no walk */
-    sb->head = NULL;
-    sb->avail = stash_cap(ind);
-    *head = first;
-    return have;
-  }
-  void *last = first;
-  for (unsigned i = 1; i < n; i++) last = link_next(last, ind);
-  sb->head = link_next(last, ind);
-  LINK_SET(last, NULL);
-  sb->avail += n;
-  *head = first;
-  return n;
-}
-
-/* A slow-path free of small class ind into its stash bin (tsd->reentrant held). */
-void tcache_prof_stash_small(tcache_t *tc, szind_t ind, void *p) {
-  tbin_t *sb = &tc->bins[ind + TBIN_PROF_OFF];
-  if (unlikely(sb->avail == 0)) stash_flush(tc, ind, stash_cap(ind) / 2);
-  TAG_WORD(p) = TAG_OF(p);
-  LINK_SET(p, sb->head);
-  sb->head = p;
-  sb->avail--;
-}
-
-/* The GC tick of alloc.c's stash swap (malloc_prof_miss), which counted it already. */
-void tcache_prof_gc_tick(tcache_t *tc, szind_t ind) {
-  tc->gc_ticks--;
-  tcache_event(tc, ind);
-}
-
-/* Everything in the stashes back to the arenas (tcache_flush_all: exit, trim, flush). */
-static void stash_drain(tcache_t *tc) {
-  for (szind_t i = 1; i < tcache_nbins && i <= SZ_NSMALL; i++) stash_flush(tc, i, 0);
-  prof_stash_t *s = tc->prof_stash;
-  if (s == NULL) return;
-  for (szind_t i = SZ_NSMALL + 1; i < tcache_nbins; i++) {
-    tbin_t *b = &tc->bins[i];
-    void *head;
-    unsigned got;
-    while ((got = stash_take(s, i, tbin_max[i] - tbin_count(b, i), &head)) != 0) {
-      void *last = head;
-      while (LINK_DEC(last)) last = link_next(last, i);
-      LINK_SET(last, b->head);
-      b->head = head;
-      b->avail -= got;
-      tcache_flush_bin(tc, i, 0);
-    }
-  }
-}
-
-/* The fill holds only as many blocks as the bytes left before the thread's next sample
- * allow (prof_fill_limit); the returned block may be the sampled one. */
-static NOINLINE void *alloc_hard_prof(tcache_t *tc, szind_t ind) {
-  tbin_t *b = &tc->bins[ind];
-  size_t usize = sz_size[ind];
-  void *p = NULL;
-  if (ind <= SZ_NSMALL) {
-    if ((p = tcache_prof_swap(tc, ind)) != NULL) return p; /* the stash's bytes fit: swapped */
-    /* The whole stash when the bin can hold it (taken without a walk), else a usual fill;
-     * fewer when the class's sampling point is near. */
-    uint32_t have = stash_count(&tc->bins[ind + TBIN_PROF_OFF], ind);
-    unsigned cap = have > tbin_fill_max[ind] ? (have < tbin_max[ind] ? have : tbin_max[ind]) : tbin_fill_max[ind];
-    unsigned want = prof_fill_limit(ind, cap);
-    unsigned got = stash_bin_take(tc, ind, want, &p);
-    if (got == 0) got = bin_fill_list(tc->arena, ind, &p, want);
-    if (got < want) prof_credit_return(ind, (size_t)(want - (got ? got : 1)) * usize);
-    if (got == 0) return NULL;
-    b->head = link_next(p, ind);
-    b->avail -= got - 1;
-  } else {
-    prof_take(usize);
-    if (stash_take(tc->prof_stash, ind, 1, &p) == 0) p = arena_large_alloc(tc->arena, usize, 0, false);
-  }
-  tcache_event(tc, ind);
-  prof_after(&strata_tsd, p, usize);
   return p;
 }
 
@@ -466,20 +324,13 @@ void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated)
     *allocated += tsd->tcache->bins[i].nmalloc * sz_size[i];
     *deallocated += tsd->tcache->bins[i].ndalloc * sz_size[i];
   }
-  if (unlikely(prof_on)) { /* fast frees into the stash bins (prof.c) */
-    for (szind_t i = 1; i <= SZ_NSMALL && i < tcache_nbins; i++)
-      *deallocated += tsd->tcache->bins[i + TBIN_PROF_OFF].ndalloc * sz_size[i];
-  }
 }
 
 void tcache_flush_all(tcache_t *tc) {
   for (szind_t i = 1; i < tcache_nbins; i++) {
-    /* Heap profiling: reserved blocks never popped return to their class's countdown. */
-    if (unlikely(prof_on)) prof_credit_return(i, (size_t)tbin_count(&tc->bins[i], i) * sz_size[i]);
     tcache_flush_bin(tc, i, 0);
     tcache_publish(tc, i);
   }
-  if (unlikely(prof_on)) stash_drain(tc);
 }
 
 /* Unlist a flushed cache and keep it for the next thread. */

@@ -348,11 +348,11 @@ TEST(test_prof_xallocx_growth_is_sampled) {
   CHECK(objs == 0 && bytes == 0, "after the free: %lu objects, %lu bytes", objs, bytes);
 }
 
-/* Blocks popped from the thread cache are sampled at jemalloc's rate: each class keeps its
- * own countdown and a fill stops before the block holding the sampling point, so a block
- * of s bytes is sampled with probability 1 - e^(-s/1024) here. 20,000 blocks each of 512
- * and 96 bytes, interleaved: 7,869 (sd 69) and 1,790 (sd 40) samples expected. A fill
- * reserving one block too many (or a pop not reserved) moves these by hundreds. */
+/* Blocks popped from the thread cache are sampled at jemalloc's rate: every allocation
+ * spends its bytes from the thread's countdown, so a block of s bytes is sampled with
+ * probability 1 - e^(-s/1024) here. 20,000 blocks each of 512 and 96 bytes, interleaved:
+ * 7,869 (sd 69) and 1,790 (sd 40) samples expected. A pop that does not spend its bytes
+ * moves these by hundreds. */
 TEST(test_prof_cached_classes_sample_at_the_rate) {
   enum { N = 20000 };
   static void *b[2 * N];
@@ -369,13 +369,14 @@ TEST(test_prof_cached_classes_sample_at_the_rate) {
   CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
 }
 
-/* The same rate for blocks that come back through the stash bins: rounds of 8 mallocs
- * of one class of which 7 are freed at once, so after the first fill every block popped
- * was freed into the stash and reached the bin by the whole-list swap at a fast-path miss
- * (tcache_prof_refill). 20,000 kept blocks each of 512 and 96 bytes, chosen by position,
- * not by sampling: 7,869 (sd 69) and 1,790 (sd 40) samples expected. Checked against a
- * swap that did not spend its blocks' bytes from the countdown (6,312 of the 512-byte
- * blocks) and one that spent a block too few per swap (7,454). */
+/* The same rate for blocks that come back through the thread cache: rounds of 8 mallocs
+ * of one class of which 7 are freed at once, so after the first fill nearly every block
+ * popped was freed just before (LIFO: the bin free pushes onto is the one malloc pops).
+ * 20,000 kept blocks each of 512 and 96 bytes, chosen by position, not by sampling: 7,869
+ * (sd 69) and 1,790 (sd 40) samples expected. Checked against a prof:true malloc whose
+ * pops did not spend their bytes (38 of the kept 512-byte blocks sampled; the fork and
+ * thread-exit forms 47 and 38) and, for mallocx, an ialloc that did not count cache pops
+ * (0). */
 typedef enum { FREE_PLAIN, FREE_SIZED, FREE_SDALLOCX } free_kind_t;
 static void free_by(free_kind_t k, void *p, size_t sz) {
   if (k == FREE_SIZED) {
@@ -387,7 +388,7 @@ static void free_by(free_kind_t k, void *p, size_t sz) {
   }
 }
 
-static void stash_swaps_sample_at_the_rate_by(free_kind_t kind, bool use_mallocx) {
+static void reused_blocks_sample_at_the_rate_by(free_kind_t kind, bool use_mallocx) {
   enum { N = 20000, R = 8 };
   static void *b[2 * N];
   void *t[R];
@@ -410,42 +411,42 @@ static void stash_swaps_sample_at_the_rate_by(free_kind_t kind, bool use_mallocx
   CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
 }
 
-static void stash_swaps_sample_at_the_rate(free_kind_t kind) { stash_swaps_sample_at_the_rate_by(kind, false); }
+static void reused_blocks_sample_at_the_rate(free_kind_t kind) { reused_blocks_sample_at_the_rate_by(kind, false); }
 
-TEST(test_prof_stash_swaps_sample_at_the_rate) { stash_swaps_sample_at_the_rate(FREE_PLAIN); }
+TEST(test_prof_reused_blocks_sample_at_the_rate) { reused_blocks_sample_at_the_rate(FREE_PLAIN); }
 
-/* mallocx's misses reach the swap through ialloc and tcache_alloc_hard's prof fill. */
-TEST(test_prof_mallocx_swaps_sample_at_the_rate) { stash_swaps_sample_at_the_rate_by(FREE_PLAIN, true); }
+/* mallocx pops the cache through ialloc, which counts its bytes (prof_alloc). */
+TEST(test_prof_mallocx_reused_blocks_sample_at_the_rate) { reused_blocks_sample_at_the_rate_by(FREE_PLAIN, true); }
 
-/* Sized frees take free's fast path into the stash bins (the rtree's class is the stash
- * bin's): the same counts, and every sampled block freed by size leaves the live set. */
+/* Sized frees take free's fast path (the rtree's class is the size's): the same counts,
+ * and every sampled block freed by size leaves the live set. */
 TEST(test_prof_sized_frees_sample_at_the_rate) {
-  stash_swaps_sample_at_the_rate(FREE_SIZED);
-  stash_swaps_sample_at_the_rate(FREE_SDALLOCX);
+  reused_blocks_sample_at_the_rate(FREE_SIZED);
+  reused_blocks_sample_at_the_rate(FREE_SDALLOCX);
 }
 
-/* A fork child inherits the parent's stashes and countdowns mid-way (the parent churned
- * first, its blocks freed into the stash bins): the child's swaps sample at the rate and
+/* A fork child inherits the parent's caches and countdown mid-way (the parent churned
+ * first, its blocks freed into its bins): the child's reused blocks sample at the rate and
  * its live set empties; the parent's afterwards too. */
-TEST(test_prof_stash_swaps_sample_at_the_rate_after_fork) {
-  stash_swaps_sample_at_the_rate(FREE_PLAIN);
+TEST(test_prof_reused_blocks_sample_at_the_rate_after_fork) {
+  reused_blocks_sample_at_the_rate(FREE_PLAIN);
   pid_t pid = fork();
   CHECK(pid >= 0, "fork");
   if (pid == 0) {
-    stash_swaps_sample_at_the_rate(FREE_PLAIN); /* a failed CHECK exits 1 */
+    reused_blocks_sample_at_the_rate(FREE_PLAIN); /* a failed CHECK exits 1 */
     _exit(0);
   }
   int st;
   CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
-  stash_swaps_sample_at_the_rate(FREE_PLAIN);
+  reused_blocks_sample_at_the_rate(FREE_PLAIN);
 }
 
-/* Threads that swap their stash bins and exit (their caches flushed with blocks in both
- * the bin and the stash, the bin's reserved bytes returned to a countdown that dies with
- * the thread): the blocks they keep sample at the rate, and freeing them from this thread
- * empties the live set. 4 threads x 5,000 kept 512-byte blocks: 7,869 (sd 69) samples. */
+/* Threads that reuse their cached blocks and exit (their caches flushed, their countdowns
+ * gone with them): the blocks they keep sample at the rate, and freeing them from this
+ * thread empties the live set. 4 threads x 5,000 kept 512-byte blocks: 7,869 (sd 69)
+ * samples. */
 enum { EXIT_THREADS = 4, EXIT_KEEP = 5000 };
-static void *swap_and_exit(void *arg) {
+static void *reuse_and_exit(void *arg) {
   void **keep = arg, *t[8];
   for (int i = 0; i < EXIT_KEEP; i++) {
     for (int k = 0; k < 8; k++) t[k] = malloc(512);
@@ -456,13 +457,13 @@ static void *swap_and_exit(void *arg) {
   return NULL;
 }
 
-TEST(test_prof_stash_swaps_in_threads_that_exit) {
+TEST(test_prof_reused_blocks_in_threads_that_exit) {
   static void *keep[EXIT_THREADS][EXIT_KEEP];
   unsigned long objs, bytes;
   dump_totals(&objs, &bytes);
   CHECK(objs == 0, "%lu samples live before the test", objs);
   pthread_t t[EXIT_THREADS];
-  for (int i = 0; i < EXIT_THREADS; i++) CHECK(pthread_create(&t[i], NULL, swap_and_exit, keep[i]) == 0, "pthread_create");
+  for (int i = 0; i < EXIT_THREADS; i++) CHECK(pthread_create(&t[i], NULL, reuse_and_exit, keep[i]) == 0, "pthread_create");
   for (int i = 0; i < EXIT_THREADS; i++) pthread_join(t[i], NULL);
   dump_totals(&objs, &bytes);
   CHECK(bytes == objs * 512, "%lu bytes in %lu samples of 512-byte blocks", bytes, objs);
@@ -473,13 +474,40 @@ TEST(test_prof_stash_swaps_in_threads_that_exit) {
   CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
 }
 
-/* Cached classes above malloc's lookup table (4-32 KiB: malloc_slow pops them from fills
- * that reserved their bytes; frees reach them through the stash bins and swaps, or the
- * large classes' prof_stash_t) sample at the rate too. At a 16 KiB mean, 2,000 kept
- * blocks each of 6 KiB and 20 KiB in rounds of 8 (7 freed): 625 (sd 21) and 1,427
- * (sd 20) samples expected. Checked against fills of those classes that reserved blocks
- * without spending them (26 of the 6 KiB blocks sampled) and a 20 KiB miss that did not
- * count (0). */
+/* prof:true reuses freed blocks as prof:false does (LIFO): a free then a malloc of the same
+ * class returns the block just freed, from the small classes of malloc's lookup table, the
+ * cached classes above it (6 KiB, 20 KiB) and by way of a sized free; sampled or not (at a
+ * 1 KiB mean most of these are sampled, and their frees take the slow path). The stash bins
+ * of the earlier design handed back a block only after the bin's other ~30. */
+TEST(test_prof_free_then_malloc_reuses_the_block) {
+  static const size_t sizes[] = {16, 24, 48, 96, 128, 512, 1000, 4096, 6144, 20480};
+  void *warm[64];
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    size_t sz = sizes[k];
+    for (int i = 0; i < 64; i++) warm[i] = malloc(sz); /* fill the bin, then free into it */
+    for (int i = 0; i < 64; i++) free(warm[i]);
+    for (int round = 0; round < 200; round++) {
+      void *p = malloc(sz);
+      CHECK(p != NULL, "malloc(%zu)", sz);
+      if (round % 2) {
+        free_sized(p, sz);
+      } else {
+        free(p);
+      }
+      void *q = malloc(sz);
+      CHECK(q == p, "malloc(%zu) after freeing %p returned %p (round %d)", sz, p, q, round);
+      free(q);
+    }
+  }
+  unsigned long objs, bytes;
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
+}
+
+/* Cached classes above malloc's lookup table (4-32 KiB: ialloc with prof:true) spend their
+ * bytes too. At a 16 KiB mean, 2,000 kept blocks each of 6 KiB and 20 KiB in rounds of 8
+ * (7 freed): 625 (sd 21) and 1,427 (sd 20) samples expected. Checked against malloc_slow
+ * popping those classes uncounted (0 samples of the 6 KiB blocks). */
 TEST(test_prof_classes_above_the_table_sample_at_the_rate) {
   enum { N = 2000, R = 8 };
   static void *b[2 * N];
