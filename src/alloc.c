@@ -8,6 +8,7 @@
 #include <malloc.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "internal.h"
 
@@ -224,24 +225,27 @@ static NOINLINE void *malloc_general(size_t size) {
   return p;
 }
 
-/* Heap profiling's malloc (prof.c) for the sizes of the lookup table: the fast path always
- * misses to here (its table, sz_malloc_lookup, is all 0). The class's bin is popped as the
- * fast path would (an empty cache, tcache_empty, misses) and its bytes spent from the
- * thread's countdown; the allocation that would reach zero, and a miss, take ialloc,
- * which counts it (prof_alloc) and samples it if it holds the sampling point. */
+/* Heap profiling's malloc (prof.c). With prof:true strata_malloc's first instruction is a
+ * jump here (prof_entry_patch, below); where the code cannot be patched, strata_malloc's
+ * own fast path always misses to here instead (its table, sz_malloc_lookup, is all 0). The
+ * class's bin is popped as the fast path would (an empty cache, tcache_empty, misses) and
+ * its bytes spent from the thread's countdown; the allocation that would reach zero, a
+ * miss and the sizes above the table take ialloc, which counts it (prof_alloc) and samples
+ * it if it holds the sampling point. */
 static NOINLINE void *malloc_prof(size_t size) {
-  tsd_t *tsd = &strata_tsd;
-  szind_t ind = sz_lookup_read(size);
-  tbin_t *b = &tsd->tcache->bins[ind];
-  void *p = b->head;
-  int64_t c = tsd->prof_cd - (int64_t)sz_size[ind];
-  if (likely((((uintptr_t)p - 1) >> 47) == 0 && c > 0)) {
-    tsd->prof_cd = c;
-    b->head = LINK_DEC(p);
-    TAG_WORD(p) = 0; /* allocated: untagged */
-    b->avail++;
-    b->nmalloc++; /* counted into thread.allocated as the fast path's are */
-    return p;
+  if (likely(size <= SZ_LOOKUP_MAX)) {
+    szind_t ind = sz_lookup_read(size);
+    tbin_t *b = &strata_tsd.tcache->bins[ind];
+    void *p = b->head;
+    int64_t c = strata_tsd.prof_cd - (int64_t)sz_size[ind];
+    if (likely((((uintptr_t)p - 1) >> 47) == 0 && c > 0)) {
+      strata_tsd.prof_cd = c;
+      b->head = LINK_DEC(p);
+      TAG_WORD(p) = 0; /* allocated: untagged */
+      b->avail++;
+      b->nmalloc++; /* counted into thread.allocated as the fast path's are */
+      return p;
+    }
   }
   return malloc_general(size);
 }
@@ -291,6 +295,70 @@ EXPORT void *strata_malloc(size_t size) {
     }
   }
   return malloc_slow(size);
+}
+
+/* ---------------------------------------------------------------- prof:true's malloc entry */
+/* With prof:true, strata_init (prof_boot) overwrites strata_malloc's first instruction (after
+ * an endbr64, where indirect calls land) with a 5-byte `jmp rel32` to malloc_prof, so a
+ * prof:true malloc costs the jump and the countdown (about 7 instructions) instead of a
+ * failed fast path and a dispatch (about 27; bench/results/prof-figures.md). malloc,
+ * __libc_malloc and operator new (which calls strata_malloc) share that entry; no other
+ * path reads sz_malloc_lookup (the zero table), so nothing else has a copy to patch.
+ * When any step fails (mprotect refused by a W^X policy: SELinux execmod, PaX; a target out
+ * of rel32 range) the code is left alone and the zero table keeps prof:true correct, only
+ * slower; with confirm_conf:true strata says which it is, once, on stderr.
+ * Threads: strata_init holds init_lock and strata is not ready, so every other thread that
+ * reaches strata waits in tsd_fetch; with glibc no thread can be running strata_malloc's
+ * entry yet (pthread_create callocs the new thread's DTV first, which initialises strata),
+ * except when libstrata is dlopened into a threaded program. For that case the 5 bytes go in
+ * one aligned 8-byte store (one lock cmpxchg16b when they straddle 8 bytes of an aligned 16,
+ * as after an endbr64): x86 keeps instruction fetch coherent with stores (no cache to
+ * clear), and a thread fetching the entry sees the old instruction or the whole jump. Under
+ * valgrind a translation made before the patch stays in use unless --smc-check=all (it then
+ * runs the unpatched, zero-table path: still correct). STRATA_PROF_NOPATCH=1 in the
+ * environment keeps the code unpatched (tests of the fallback, tests/CMakeLists.txt). */
+extern __typeof(strata_malloc) strata_malloc_entry __attribute__((alias("strata_malloc"), visibility("hidden"), malloc));
+
+static bool cas16(volatile void *p, uint64_t olo, uint64_t ohi, uint64_t nlo, uint64_t nhi) {
+  bool ok;
+  __asm__ volatile("lock cmpxchg16b %1"
+                   : "=@ccz"(ok), "+m"(*(volatile unsigned __int128 *)p), "+a"(olo), "+d"(ohi)
+                   : "b"(nlo), "c"(nhi)
+                   : "memory");
+  return ok;
+}
+
+/* 0 when the entry now jumps to malloc_prof, else the reason (an errno value). */
+int prof_entry_patch(void) {
+#if defined(__x86_64__)
+  uint8_t *at = (uint8_t *)(uintptr_t)&strata_malloc_entry;
+  static const uint8_t endbr64[4] = {0xf3, 0x0f, 0x1e, 0xfa};
+  if (memcmp(at, endbr64, 4) == 0) at += 4;
+  intptr_t rel = (intptr_t)((uintptr_t)&malloc_prof - ((uintptr_t)at + 5));
+  if (rel != (intptr_t)(int32_t)rel) return ERANGE; /* same DSO: cannot happen, but check */
+  uint8_t jmp[5] = {0xe9, (uint8_t)rel, (uint8_t)(rel >> 8), (uint8_t)(rel >> 16), (uint8_t)(rel >> 24)};
+  uintptr_t pg = (uintptr_t)at & ~(uintptr_t)(os_page - 1);
+  size_t len = ((uintptr_t)at + 5 - pg + os_page - 1) & ~(os_page - 1);
+  /* Writable and still executable: this function may share the page. */
+  if (mprotect((void *)pg, len, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return errno ? errno : EACCES;
+  uintptr_t off8 = (uintptr_t)at & 7, off16 = (uintptr_t)at & 15;
+  if (off8 <= 3) {
+    uint64_t *q = (uint64_t *)((uintptr_t)at - off8), v = *q;
+    memcpy((uint8_t *)&v + off8, jmp, 5);
+    __atomic_store_n(q, v, __ATOMIC_RELEASE);
+  } else if (off16 <= 11) {
+    uint64_t *q = (uint64_t *)((uintptr_t)at - off16), w[2] = {q[0], q[1]}, n[2];
+    memcpy(n, w, 16);
+    memcpy((uint8_t *)n + off16, jmp, 5);
+    if (!cas16(q, w[0], w[1], n[0], n[1])) memcpy(at, jmp, 5); /* cannot fail: single writer */
+  } else {
+    memcpy(at, jmp, 5); /* never with 16-byte aligned functions; init is single-threaded */
+  }
+  int err = mprotect((void *)pg, len, PROT_READ | PROT_EXEC) != 0 ? (errno ? errno : EACCES) : 0;
+  return err ? -err : 0; /* patched, but the page stays writable */
+#else
+  return ENOSYS;
+#endif
 }
 
 static NOINLINE void free_slow(void *p, bool use_tcache) {

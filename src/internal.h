@@ -782,6 +782,8 @@ typedef struct {
 HIDDEN extern prof_opt_t prof_opt;
 HIDDEN extern bool prof_on;
 HIDDEN void prof_boot(void);      /* in strata_init, before tcache_boot */
+HIDDEN int prof_entry_patch(void); /* alloc.c: strata_malloc jumps to malloc_prof; 0 or why not */
+HIDDEN extern int prof_entry_state; /* 1 patched, else 0 or -errno (prof_boot) */
 HIDDEN void prof_boot_late(void); /* after strata is ready: atexit, signal handler */
 HIDDEN void prof_take(size_t usize); /* every allocation but malloc_prof's pops: its bytes */
 /* ialloc's count of p (NULL: none), then its sample if it holds the point; reentrant held. */

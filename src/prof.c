@@ -46,6 +46,7 @@ prof_opt_t prof_opt = {
     .prefix = "jeprof",
 };
 bool prof_on;
+int prof_entry_state; /* 1: strata_malloc jumps to malloc_prof; 0 not tried; -errno failed */
 
 /* Frames kept per stack: deep enough for real call chains, bounded so a sample costs a
  * known time (jemalloc keeps 128; 64 covered every stack of the test programs). */
@@ -615,6 +616,21 @@ void prof_boot(void) {
   prof_lg_sample_now = prof_opt.lg_sample;
   prof_gdump_now = prof_opt.gdump;
   if (prof_opt.lg_interval >= 0) interval_next = (uint64_t)1 << prof_opt.lg_interval;
+  /* strata_malloc's entry becomes a jump to malloc_prof (alloc.c says why it is safe here:
+   * init_lock is held and strata is not ready). Unpatched, the zero table still sends
+   * every malloc to malloc_prof, through malloc's failed fast path. */
+  if (prof_on && !(getenv("STRATA_PROF_NOPATCH") && getenv("STRATA_PROF_NOPATCH")[0] == '1')) {
+    int r = prof_entry_patch();
+    prof_entry_state = r <= 0 ? 1 : -r;
+    if (opt.confirm_conf) {
+      char b[24];
+      const char *m[] = {"<strata>: ", r == 0   ? "prof:true: malloc's entry jumps to the profiling malloc\n"
+                         : r < 0  ? "prof:true: malloc's entry patched; its page stays writable, errno "
+                                  : "prof:true: malloc's entry not patched (slower table path), errno ",
+                         r ? fmt_u64(b, (uint64_t)(r < 0 ? -r : r)) : "", r ? "\n" : ""};
+      msg_parts(m, 4);
+    }
+  }
 }
 
 void prof_boot_late(void) {
