@@ -219,6 +219,13 @@ static inline szind_t sz_lookup_read(size_t size) {
  * with prof:true (sz_init), so that every malloc misses bin 0 to malloc_slow's prof:true
  * entry; the same instructions as reading sz_lookup, at another address. */
 HIDDEN extern uint8_t sz_malloc_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
+/* malloc_prof's copy of sz_lookup and of the small classes' sizes, in one object so that one
+ * base register reaches both (filled by sz_init with prof:true). */
+typedef struct {
+  uint8_t ind[(SZ_LOOKUP_MAX >> 3) + 1];
+  int64_t usize[SZ_NSMALL + 1] __attribute__((aligned(8)));
+} sz_prof_tab_t;
+HIDDEN extern sz_prof_tab_t sz_prof_tab;
 static inline szind_t sz_malloc_lookup_read(size_t size) {
   return __atomic_load_n(&sz_malloc_lookup[(size + 7) >> 3], __ATOMIC_RELAXED);
 }
@@ -499,7 +506,7 @@ typedef struct {
    * last look, and how many met contention; pinned: bound by thread.arena, never moved. */
   uint32_t lk_ops, lk_waits;
   uint8_t arena_pinned;
-  int64_t prof_cd; /* prof:true: bytes left before this thread's next sample (prof.c); 0: not drawn */
+  int64_t prof_cdn; /* prof:true: minus the bytes left before this thread's next sample (prof.c); 0: not drawn */
 } tsd_t;
 HIDDEN extern __thread tsd_t strata_tsd __attribute__((tls_model("initial-exec")));
 /* A bin or extent lock taken for this thread (waited: mtx_lock's result). */
@@ -758,7 +765,7 @@ HIDDEN void bg_postfork_child(void);
  * Heap profiling. With opt.prof (fixed at start) malloc's fast path reads its class from
  * sz_malloc_lookup, which then holds 0 (bin 0 is always empty), so every malloc goes to
  * malloc_slow's prof:true entry: it pops the real class's bin (LIFO, the bin free pushes
- * onto), spends the usable size from the thread's byte countdown (prof_cd) and leaves for
+ * onto), spends the usable size from the thread's byte countdown (prof_cdn) and leaves for
  * the sampling path only when that crosses zero (jemalloc's byte threshold). Every other
  * allocation path counts its bytes with prof_take. Frees are prof:false's; a sampled
  * small block's granule carries class 0 so that its free takes the slow path; see

@@ -4,7 +4,7 @@
  * signal, exit) and the prof mallctls. The writers are in prof_dump.c.
  *
  * Sampling: jemalloc's byte countdown. Each thread counts every allocated byte down from
- * an exponential interval of mean 2^lg_prof_sample (prof_cd); an allocation that reaches
+ * an exponential interval of mean 2^lg_prof_sample (prof_cdn, negated); an allocation that reaches
  * zero within its bytes is sampled and a new interval starts, so each block of size s is
  * sampled with probability 1 - exp(-s/rate). With prof:true malloc's fast path always
  * misses (its lookup table, sz_malloc_lookup, is all 0), and malloc_slow's prof:true entry
@@ -76,8 +76,10 @@ typedef struct {
   prof_thr_t *thr;       /* this thread's record in dumps, made at its first sample */
 } prof_tdata_t;
 static __thread prof_tdata_t prof_td __attribute__((tls_model("initial-exec")));
-/* The countdown itself is strata_tsd.prof_cd, which malloc_prof (alloc.c) spends in place. */
-#define prof_cd (strata_tsd.prof_cd)
+/* The countdown itself is strata_tsd.prof_cdn, negated (malloc_prof, alloc.c, adds the size
+ * and tests the sign: no separate compare), which malloc_prof spends in place. */
+static inline int64_t cd_left(void) { return -strata_tsd.prof_cdn; }
+static inline void cd_set(int64_t left) { strata_tsd.prof_cdn = -left; }
 
 static bool prof_active_now;        /* prof.active (atomic) */
 static unsigned prof_lg_sample_now; /* prof.lg_sample, set by prof.reset (atomic) */
@@ -181,13 +183,14 @@ void prof_free_hook(void) { /* called from idalloc, outside strata: may malloc *
  * exponential interval starts at its end. */
 static bool cd_take(prof_tdata_t *td, size_t usize) {
   if (unlikely(!td->init)) td_init(td);
-  if (unlikely(prof_cd <= 0)) prof_cd = (int64_t)(td->cdlen = draw_interval(td));
-  if (likely(prof_cd > (int64_t)usize)) {
-    prof_cd -= (int64_t)usize;
+  int64_t left = cd_left();
+  if (unlikely(left <= 0)) left = (int64_t)(td->cdlen = draw_interval(td));
+  if (likely(left > (int64_t)usize)) {
+    cd_set(left - (int64_t)usize);
     return false;
   }
   interval_note(td->cdlen);
-  prof_cd = (int64_t)(td->cdlen = draw_interval(td));
+  cd_set((int64_t)(td->cdlen = draw_interval(td)));
   td->pending = !td->busy && td->active && __atomic_load_n(&prof_active_now, __ATOMIC_RELAXED);
   return true;
 }

@@ -6,6 +6,7 @@
 
 uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
 uint8_t sz_malloc_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
+sz_prof_tab_t sz_prof_tab;
 size_t sz_size[SZ_NCLASSES + 1];
 bin_info_t bin_info[SZ_NSMALL + 1];
 
@@ -63,6 +64,10 @@ void sz_init(void) {
     __atomic_store_n(&sz_lookup[s >> 3], ind, __ATOMIC_RELAXED);
     /* prof:true (prof_boot ran first) leaves malloc's copy all 0: see sz_malloc_lookup. */
     __atomic_store_n(&sz_malloc_lookup[s >> 3], prof_on ? 0 : ind, __ATOMIC_RELAXED);
+    if (prof_on) __atomic_store_n(&sz_prof_tab.ind[s >> 3], ind, __ATOMIC_RELAXED);
+  }
+  if (prof_on) {
+    for (szind_t i = 1; i <= SZ_NSMALL; i++) __atomic_store_n(&sz_prof_tab.usize[i], (int64_t)sz_size[i], __ATOMIC_RELAXED);
   }
   for (szind_t i = 1; i <= SZ_NSMALL; i++) {
     size_t size = sz_size[i], best = 0, best_waste = (size_t)-1;

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "strata_names.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
@@ -528,6 +529,26 @@ TEST(test_prof_classes_above_the_table_sample_at_the_rate) {
   CHECK(mallctl("prof.reset", NULL, NULL, &lg_back, sizeof lg_back) == 0, "prof.reset");
   CHECK(n6k > 625 - 5 * 21 && n6k < 625 + 5 * 21, "%ld samples of 2,000 kept 6 KiB blocks (expected 625)", n6k);
   CHECK(n20k > 1427 - 5 * 20 && n20k < 1427 + 5 * 20, "%ld samples of 2,000 kept 20 KiB blocks (expected 1,427)", n20k);
+}
+
+/* prof:true turns strata_malloc's first instruction (after an endbr64) into a jmp rel32 to
+ * the profiling malloc; STRATA_PROF_NOPATCH=1 (the prof_nopatch tests) leaves it as built,
+ * so those tests run the fallback (malloc's fast path misses on its zero table). Looked up
+ * with dlsym: &strata_malloc could be this program's PLT entry. */
+TEST(test_prof_malloc_entry_is_patched_unless_told_not_to) {
+  void *p = malloc(24); /* strata starts (and patches) at its first call */
+  CHECK(p != NULL, "malloc(24)");
+  free(p);
+  const unsigned char *f = dlsym(RTLD_DEFAULT, "strata_malloc");
+  CHECK(f != NULL, "dlsym(strata_malloc): %s", dlerror());
+  if (f[0] == 0xf3 && f[1] == 0x0f && f[2] == 0x1e && f[3] == 0xfa) f += 4; /* endbr64 */
+  const char *e = getenv("STRATA_PROF_NOPATCH");
+  bool off = e && e[0] == '1';
+  CHECK(off ? f[0] != 0xe9 : f[0] == 0xe9, "STRATA_PROF_NOPATCH %s: strata_malloc starts with %02x %02x (0xe9: patched)",
+        e ? e : "unset", f[0], f[1]);
+  void *q = malloc(24); /* either way the block comes back from the cache */
+  CHECK(q == p, "malloc(24) after free(%p) returned %p", p, q);
+  free(q);
 }
 
 int main(int argc, char **argv) { return check_main(argc, argv); }

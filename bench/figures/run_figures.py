@@ -153,6 +153,10 @@ def child_env(lib: Path | None) -> dict:
         env.pop(k, None)
     if lib is not None:
         env["LD_PRELOAD"] = str(lib)
+        # FIG_MALLOC_CONF: strata's options for its own runs (e.g. prof:true; run_callgrind
+        # then passes --smc-check=all, since prof:true patches malloc's entry at start-up).
+        if os.environ.get("FIG_MALLOC_CONF") and "strata" in lib.name:
+            env["MALLOC_CONF"] = os.environ["FIG_MALLOC_CONF"]
     return env
 
 
@@ -185,6 +189,8 @@ def run_callgrind(valgrind: str, binary: Path, args: list[str], lib: Path | None
            f"--log-file={log}", "--compress-strings=no", "--compress-pos=no"]
     if toggle:
         cmd.append(f"--toggle-collect={toggle}")
+    if "prof:true" in os.environ.get("FIG_MALLOC_CONF", ""):
+        cmd.append("--smc-check=all")  # code patched after valgrind translated it
     cmd += ["--", str(binary)] + args
     try:
         info = run_json(cmd, child_env(lib), timeout)

@@ -19,7 +19,10 @@ def cachegrind(build, wl, conf, tmp):
     out = os.path.join(tmp, f"{os.path.basename(build)}-{wl}-{conf.replace(':', '_')}.cg")
     env = dict(os.environ, LD_PRELOAD=os.path.join(build, "libstrata.so"), MALLOC_CONF=conf)
     env.pop("STRATA_CONF", None)
-    subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=yes", f"--cachegrind-out-file={out}",
+    # prof:true patches strata_malloc's entry at start-up, after valgrind translated it
+    # (libc's first mallocs): without --smc-check=all the stale, unpatched code would run.
+    smc = ["--smc-check=all"] if "prof:true" in conf else []
+    subprocess.run(["valgrind", "--tool=cachegrind", *smc, "--cache-sim=yes", f"--cachegrind-out-file={out}",
                     os.path.join(build, "bench", wl), "--preset", "tiny"],
                    env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     events, summary = None, None

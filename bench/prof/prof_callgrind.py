@@ -20,7 +20,10 @@ def callgrind(build, wl, conf, tmp):
     out = os.path.join(tmp, f"{os.path.basename(build)}-{wl}-{conf.replace(':', '_')}.cg")
     env = dict(os.environ, LD_PRELOAD=os.path.join(build, "libstrata.so"), MALLOC_CONF=conf)
     env.pop("STRATA_CONF", None)
-    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+    # prof:true patches strata_malloc's entry at start-up, after valgrind translated it
+    # (libc's first mallocs): without --smc-check=all the stale, unpatched code would run.
+    smc = ["--smc-check=all"] if "prof:true" in conf else []
+    subprocess.run(["valgrind", "--tool=callgrind", *smc, f"--callgrind-out-file={out}",
                     os.path.join(build, "bench", wl), "--preset", "tiny"],
                    env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", out],
