@@ -762,9 +762,10 @@ HIDDEN void bg_postfork_child(void);
 
 /* ------------------------------------------------------------------ prof.c, prof_dump.c */
 /*
- * Heap profiling. With opt.prof (fixed at start) malloc's fast path reads its class from
+ * Heap profiling. With opt.prof (fixed at start) strata_malloc's entry is patched into a
+ * jump to malloc_prof (prof_entry_patch); unpatched, its fast path reads its class from
  * sz_malloc_lookup, which then holds 0 (bin 0 is always empty), so every malloc goes to
- * malloc_slow's prof:true entry: it pops the real class's bin (LIFO, the bin free pushes
+ * malloc_prof through malloc_slow. malloc_prof pops the real class's bin (LIFO, the bin free pushes
  * onto), spends the usable size from the thread's byte countdown (prof_cdn) and leaves for
  * the sampling path only when that crosses zero (jemalloc's byte threshold). Every other
  * allocation path counts its bytes with prof_take. Frees are prof:false's; a sampled

@@ -6,9 +6,9 @@
  * Sampling: jemalloc's byte countdown. Each thread counts every allocated byte down from
  * an exponential interval of mean 2^lg_prof_sample (prof_cdn, negated); an allocation that reaches
  * zero within its bytes is sampled and a new interval starts, so each block of size s is
- * sampled with probability 1 - exp(-s/rate). With prof:true malloc's fast path always
- * misses (its lookup table, sz_malloc_lookup, is all 0), and malloc_slow's prof:true entry
- * (malloc_prof, alloc.c) pops the real class's bin and spends the bytes, leaving for the
+ * sampled with probability 1 - exp(-s/rate). With prof:true prof_boot patches malloc's
+ * entry into a jump to malloc_prof (alloc.c; where it cannot, malloc's fast path misses to
+ * it on its all-0 table, sz_malloc_lookup), which pops the real class's bin and spends the bytes, leaving for the
  * sampling path only when the countdown would cross zero; every other allocation path
  * calls prof_take. Frees are prof:false's: LIFO onto the same bins, so a block freed now is
  * the next one malloc gets (an earlier design reserved cached bytes against per-class
