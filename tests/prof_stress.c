@@ -8,6 +8,7 @@
 #include "strata_names.h"
 
 #include <dlfcn.h>
+#include <sys/mman.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
@@ -544,6 +545,16 @@ TEST(test_prof_malloc_entry_is_patched_unless_told_not_to) {
   if (f[0] == 0xf3 && f[1] == 0x0f && f[2] == 0x1e && f[3] == 0xfa) f += 4; /* endbr64 */
   const char *e = getenv("STRATA_PROF_NOPATCH");
   bool off = e && e[0] == '1';
+  /* Where a W^X policy refuses writable code (SELinux execmod, PaX), strata cannot patch
+   * either: probe with this program's own text page, and then check only the fallback. */
+  long pg = sysconf(_SC_PAGESIZE);
+  void *own = (void *)((uintptr_t)&in_test_program & ~(uintptr_t)(pg - 1));
+  if (mprotect(own, (size_t)pg, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) {
+    printf("skipped: mprotect(PROT_WRITE | PROT_EXEC) refused here, so strata keeps malloc unpatched\n");
+    off = true;
+  } else {
+    mprotect(own, (size_t)pg, PROT_READ | PROT_EXEC);
+  }
   CHECK(off ? f[0] != 0xe9 : f[0] == 0xe9, "STRATA_PROF_NOPATCH %s: strata_malloc starts with %02x %02x (0xe9: patched)",
         e ? e : "unset", f[0], f[1]);
   void *q = malloc(24); /* either way the block comes back from the cache */
