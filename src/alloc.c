@@ -323,6 +323,7 @@ EXPORT void *strata_malloc(size_t size) {
  * environment keeps the code unpatched (tests of the fallback, tests/CMakeLists.txt). */
 extern __typeof(strata_malloc) strata_malloc_entry __attribute__((alias("strata_malloc"), visibility("hidden"), malloc));
 
+#if defined(__x86_64__)
 static bool cas16(volatile void *p, uint64_t olo, uint64_t ohi, uint64_t nlo, uint64_t nhi) {
   bool ok;
   __asm__ volatile("lock cmpxchg16b %1"
@@ -331,10 +332,12 @@ static bool cas16(volatile void *p, uint64_t olo, uint64_t ohi, uint64_t nlo, ui
                    : "memory");
   return ok;
 }
+#endif
 
-/* 0 when the entry now jumps to malloc_prof, else the reason (an errno value). */
+/* 0 when the entry now jumps to malloc_prof; an errno value when the code was left alone
+ * (the zero table serves); minus an errno value when patched but the page stayed writable. */
 int prof_entry_patch(void) {
-#if defined(__x86_64__)
+#if defined(__x86_64__) /* elsewhere the zero table serves */
   uint8_t *at = (uint8_t *)(uintptr_t)&strata_malloc_entry;
   static const uint8_t endbr64[4] = {0xf3, 0x0f, 0x1e, 0xfa};
   if (memcmp(at, endbr64, 4) == 0) at += 4;
@@ -359,7 +362,7 @@ int prof_entry_patch(void) {
     memcpy(at, jmp, 5); /* never with 16-byte aligned functions; init is single-threaded */
   }
   int err = mprotect((void *)pg, len, PROT_READ | PROT_EXEC) != 0 ? (errno ? errno : EACCES) : 0;
-  return err ? -err : 0; /* patched, but the page stays writable */
+  return err ? -err : 0; /* -errno: patched, but the page stayed writable */
 #else
   return ENOSYS;
 #endif
