@@ -34,16 +34,22 @@ static size_t bitmap_block(unsigned i) {
 
 size_t slab_bitmap_block(szind_t ind) { return bitmap_block(slab_bitmap_pool(ind) - META_POOL_BITMAP0); }
 
+/* slab_bitmap_pool by class, for the fill and free paths: one load. */
+static uint8_t bitmap_pool_of[SZ_NSMALL + 1];
+static inline unsigned bitmap_pool(szind_t ind) { return bitmap_pool_of[ind]; }
+
 void slab_boot(void) {
   for (unsigned p = 0; META_POOL_BITMAP0 + p < META_NPOOLS; p++) meta_pool_init(META_POOL_BITMAP0 + p, bitmap_block(p));
-  for (szind_t i = 1; i <= SZ_NSMALL; i++)
+  for (szind_t i = 1; i <= SZ_NSMALL; i++) {
     if (slab_bitmap_pool(i) >= META_NPOOLS) strata_assert_fail("slab bitmap over 1 KiB", __FILE__, __LINE__);
+    bitmap_pool_of[i] = (uint8_t)slab_bitmap_pool(i);
+  }
 }
 
 void bitmap_free(szind_t ind, uint64_t *bm) {
   if (bm == NULL) return; /* a full slab's, dropped (slab_bitmap_drop) */
   void *p = bm;
-  meta_pool_put(slab_bitmap_pool(ind), &p, 1);
+  meta_pool_put(bitmap_pool(ind), &p, 1);
 }
 
 /*
@@ -69,7 +75,7 @@ static void slab_bitmap_drop(bin_t *bin, edata_t *s) {
 static uint64_t *slab_bitmap_regain(bin_t *bin, szind_t ind, edata_t *s) {
   void *bm = bin->bm_spare;
   bin->bm_spare = NULL;
-  if (bm == NULL && (slab_bitmap_test_fail || meta_pool_get(slab_bitmap_pool(ind), &bm, 1) == 0)) return NULL;
+  if (bm == NULL && (slab_bitmap_test_fail || meta_pool_get(bitmap_pool(ind), &bm, 1) == 0)) return NULL;
   memset(bm, 0, bin_info[ind].bm_words * sizeof(uint64_t));
   s->bitmap = bm;
   return bm;
@@ -88,7 +94,7 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   const bin_info_t *bi = &bin_info[ind];
   void *bmp = bin->bm_spare;
   bin->bm_spare = NULL;
-  if (bmp == NULL && meta_pool_get(slab_bitmap_pool(ind), &bmp, 1) == 0) return NULL;
+  if (bmp == NULL && meta_pool_get(bitmap_pool(ind), &bmp, 1) == 0) return NULL;
   uint64_t *bm = bmp;
   bool hooked = arena_hooks(a) != NULL;
   uint64_t gen = __atomic_load_n(&a->gen, __ATOMIC_ACQUIRE);
