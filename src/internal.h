@@ -107,7 +107,7 @@ HIDDEN extern mtx_t meta_lock;
 /* Pools of fixed-size objects (a multiple of 16 bytes, at most a page) whose number follows
  * the heap's peak: packed lowest address first, so pages empty out after a peak and
  * meta_purge returns them. Objects come 16-byte aligned, not initialised. */
-#define META_NPOOLS 8
+#define META_NPOOLS 13 /* edata, then 12 bitmap block sizes 16..1024 (slab.c) */
 enum { META_POOL_EDATA = 0, META_POOL_BITMAP0 = 1 }; /* bitmaps: pools 1.. by size (slab.c) */
 HIDDEN void meta_pool_init(unsigned pool, size_t size);
 HIDDEN unsigned meta_pool_get(unsigned pool, void **out, unsigned n); /* how many were got */
@@ -347,6 +347,8 @@ HIDDEN void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uin
 HIDDEN void bin_release_spare(arena_t *a, szind_t ind);
 HIDDEN void slab_boot(void);                          /* the bitmap pools */
 HIDDEN void bitmap_free(szind_t ind, uint64_t *bm);   /* a slab's bitmap back to its pool */
+HIDDEN unsigned slab_bitmap_pool(szind_t ind);        /* the meta pool of class ind's bitmaps */
+HIDDEN size_t slab_bitmap_block(szind_t ind);         /* and its block size */
 HIDDEN extern bool slab_bitmap_test_fail; /* unit tests: a full slab cannot get its bitmap back */
 
 /* ------------------------------------------------------------------ arena.c */

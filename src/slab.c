@@ -13,19 +13,37 @@ _Static_assert(SZ_NSMALL < 64, "arena_t.bins_used has a bit per small class");
 
 bool slab_bitmap_test_fail; /* unit tests: the pools cannot give a bitmap back */
 
-/* Bitmaps come from the metadata pools (meta.c), one pool per power-of-two size from 16
- * to 1024 bytes (8192 regions, the 8-byte class's 64 KiB slab), so that they are
- * returned after a peak. */
-static unsigned bitmap_pool(szind_t ind) {
+/* Bitmaps come from the metadata pools (meta.c), one pool per block size 16, 32, 48, 64,
+ * 96, 128, ..., 768, 1024 bytes (2^k and 3 x 2^(k-1); 1024: 8192 regions, the 8-byte
+ * class's 64 KiB slab), so that they are returned after a peak. Power-of-two blocks alone
+ * put the 48-byte class's 176-byte bitmaps in 256 bytes: after Redis deleted half of its
+ * small keys (every slab partly free, so every slab holding a bitmap) that was 57 KiB of
+ * 426 (s5-redisrss); a block now wastes under a third, that one 16 bytes. */
+unsigned slab_bitmap_pool(szind_t ind) {
   size_t bytes = bin_info[ind].bm_words * sizeof(uint64_t);
-  unsigned lg = bytes <= 16 ? 4 : 64 - (unsigned)__builtin_clzll(bytes - 1);
-  return META_POOL_BITMAP0 + lg - 4;
+  if (bytes <= 32) return META_POOL_BITMAP0 + (bytes > 16);
+  unsigned lg = 63 - (unsigned)__builtin_clzll(bytes - 1); /* 2^lg < bytes <= 2^(lg+1) */
+  return META_POOL_BITMAP0 + 2 * lg - (bytes <= ((size_t)3 << (lg - 1)) ? 8 : 7);
 }
 
+/* The block size of bitmap pool META_POOL_BITMAP0 + i. */
+static size_t bitmap_block(unsigned i) {
+  if (i == 0) return 16;
+  return i % 2 ? (size_t)32 << (i - 1) / 2 : (size_t)48 << (i - 2) / 2;
+}
+
+size_t slab_bitmap_block(szind_t ind) { return bitmap_block(slab_bitmap_pool(ind) - META_POOL_BITMAP0); }
+
+/* slab_bitmap_pool by class, for the fill and free paths: one load. */
+static uint8_t bitmap_pool_of[SZ_NSMALL + 1];
+static inline unsigned bitmap_pool(szind_t ind) { return bitmap_pool_of[ind]; }
+
 void slab_boot(void) {
-  for (unsigned p = 0; META_POOL_BITMAP0 + p < META_NPOOLS; p++) meta_pool_init(META_POOL_BITMAP0 + p, (size_t)16 << p);
-  for (szind_t i = 1; i <= SZ_NSMALL; i++)
-    if (bitmap_pool(i) >= META_NPOOLS) strata_assert_fail("slab bitmap over 1 KiB", __FILE__, __LINE__);
+  for (unsigned p = 0; META_POOL_BITMAP0 + p < META_NPOOLS; p++) meta_pool_init(META_POOL_BITMAP0 + p, bitmap_block(p));
+  for (szind_t i = 1; i <= SZ_NSMALL; i++) {
+    if (slab_bitmap_pool(i) >= META_NPOOLS) strata_assert_fail("slab bitmap over 1 KiB", __FILE__, __LINE__);
+    bitmap_pool_of[i] = (uint8_t)slab_bitmap_pool(i);
+  }
 }
 
 void bitmap_free(szind_t ind, uint64_t *bm) {
