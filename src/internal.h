@@ -45,7 +45,9 @@ HIDDEN NORETURN void strata_heap_corruption(const void *at, unsigned ind);
 HIDDEN NORETURN void strata_assert_fail(const char *cond, const char *file, int line);
 /* backtrace.c: up to max return addresses of the calling program, innermost first,
  * strata's own leading frames dropped; never mallocs, holds no strata lock. */
-HIDDEN unsigned strata_backtrace(uintptr_t *frames, unsigned max);
+HIDDEN unsigned strata_backtrace(uintptr_t *frames, unsigned max); /* holds only bt_lock, a leaf */
+HIDDEN void bt_prefork(void); /* fork: the unwinders' lock, taken last (backtrace.c) */
+HIDDEN void bt_postfork(bool child);
 
 /* ------------------------------------------------------------------ os.c */
 /* The only layer that talks to the kernel about memory. */
