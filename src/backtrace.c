@@ -564,8 +564,15 @@ void bt_postfork(bool child) {
     mtx_unlock(&bt_lock);
 }
 
+/* A signal handler that unwinds (guard_free's report of a free in the handler, a test's
+ * handler) while its thread is inside an unwind, or waiting for bt_lock, gets no frames
+ * rather than waiting on itself: bt_busy is set before the lock is taken. */
+static __thread bool bt_busy __attribute__((tls_model("initial-exec")));
+
 static inline unsigned bt_collect(uintptr_t *frames, unsigned max, int mode) {
-  if (max == 0) return 0;
+  if (max == 0 || bt_busy) return 0;
+  bt_busy = true;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
   mtx_lock(&bt_lock);
   if (!__atomic_load_n(&self_known, __ATOMIC_ACQUIRE)) {
     dl_iterate_phdr(self_cb, (void *)(uintptr_t)&strata_backtrace); /* idempotent */
@@ -575,6 +582,8 @@ static inline unsigned bt_collect(uintptr_t *frames, unsigned max, int mode) {
                   __atomic_load_n(&self_hi, __ATOMIC_RELAXED)};
   bt_unwind(&s, mode);
   mtx_unlock(&bt_lock);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  bt_busy = false;
   return s.n;
 }
 
