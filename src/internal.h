@@ -291,6 +291,8 @@ HIDDEN size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool 
 /* Pages of every arena's extents that may be resident (active, dirty, muzzy): the limit
  * check's figure. Changes only when pages leave or join the retained/unmapped state. */
 HIDDEN extern size_t extent_resident_pages;
+/* Times an ordinary arena took another's dirty or muzzy pages (extent.c, extent_steal). */
+HIDDEN extern uint64_t extent_nsteals;
 HIDDEN void extent_register(edata_t *e, unsigned szind, bool slab); /* boundary (or all, for slabs) */
 HIDDEN void extent_deregister_interior(edata_t *e);
 HIDDEN void edata_cache_flush(arena_t *a, unsigned keep); /* elock held */
