@@ -358,6 +358,62 @@ static void test_user_arenas_keep_their_pages_apart(void) {
   purge_ordinary();
 }
 
+/* Threads on different arenas allocate and free extents of varying sizes at once, so
+ * that pages keep moving between arenas while their neighbours are freed and merged in
+ * the arena that gave them (TSan runs this too). Afterwards every free extent is in the
+ * set of the arena its edata names, with both page-map boundaries pointing at it, and
+ * each set's page count is the sum of its extents. */
+#define STEAL_THREADS 4
+static void *steal_churn(void *arg) {
+  arena_t *x = arena_get((unsigned)(uintptr_t)arg);
+  edata_t *held[16] = {0};
+  uint64_t rnd = (uintptr_t)arg * 0x9E3779B97F4A7C15ull + 1;
+  for (int i = 0; i < 4000; i++) {
+    rnd ^= rnd << 13, rnd ^= rnd >> 7, rnd ^= rnd << 17;
+    unsigned k = (unsigned)(rnd % 16);
+    mtx_lock(&x->elock);
+    if (held[k]) {
+      extent_dalloc(x, held[k]);
+      held[k] = NULL;
+    } else {
+      held[k] = extent_alloc(x, (1 + (rnd >> 8) % 24) * os_page, os_page);
+    }
+    if (i % 500 == 499) extent_purge(x, ES_DIRTY, 0, false);
+    mtx_unlock(&x->elock);
+  }
+  mtx_lock(&x->elock);
+  for (unsigned k = 0; k < 16; k++)
+    if (held[k]) extent_dalloc(x, held[k]);
+  mtx_unlock(&x->elock);
+  return NULL;
+}
+
+static void test_threads_move_pages_between_arenas_consistently(void) {
+  CHECK(narenas >= STEAL_THREADS);
+  if (narenas < STEAL_THREADS) return;
+  purge_ordinary();
+  uint64_t steals = extent_nsteals;
+  pthread_t t[STEAL_THREADS];
+  for (uintptr_t i = 0; i < STEAL_THREADS; i++) pthread_create(&t[i], NULL, steal_churn, (void *)i);
+  for (unsigned i = 0; i < STEAL_THREADS; i++) pthread_join(t[i], NULL);
+  CHECK(extent_nsteals > steals);
+  for (unsigned i = 0; i < STEAL_THREADS; i++) {
+    arena_t *x = arenas[i];
+    mtx_lock(&x->elock);
+    size_t np = 0;
+    unsigned bad = 0;
+    for (edata_t *e = x->dirty.lru_head; e; e = e->lru_next) {
+      np += e->size / os_page;
+      bad += edata_arena_ind(e) != x->ind || e->state != ES_DIRTY || entry_edata(e->addr) != e ||
+             entry_edata(e->addr + e->size - GRAN) != e;
+    }
+    CHECK_EQ(bad, 0);
+    CHECK_EQ(np, x->dirty.npages);
+    mtx_unlock(&x->elock);
+  }
+  purge_ordinary();
+}
+
 /* Lock stress: threads take one arena's extent lock many times and change an unguarded
  * counter under it; every acquisition (the trylock, the spin, the sleep) must exclude the
  * others, and be counted. Two phases: as many threads as CPUs with a holder that keeps
@@ -433,6 +489,7 @@ int main(void) {
   RUN(test_arena_takes_another_arenas_dirty_pages);
   RUN(test_arena_passes_over_a_locked_arena);
   RUN(test_user_arenas_keep_their_pages_apart);
+  RUN(test_threads_move_pages_between_arenas_consistently);
   RUN(test_extent_lock_excludes_under_contention);
   UNIT_EXIT();
 }
