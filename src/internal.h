@@ -356,7 +356,8 @@ HIDDEN extern bool slab_bitmap_test_fail; /* unit tests: a full slab cannot get 
  * Lock order (fork takes them all in this order): bg_lock, init_lock, tcache_list_lock,
  * arenas_lock, then per arena in index order: bins[1..SZ_NSMALL].lock, elock;
  * then guard_lock, rtree_lock, meta_lock. Code may go right in this list while holding a lock
- * (bin -> elock -> rtree/meta), never left, and holds at most one arena's locks.
+ * (bin -> elock -> rtree/meta), never left, and holds at most one arena's locks (a second
+ * arena's elock only by trylock: extent.c's commit_or_purge and extent_steal).
  */
 /* One decay clock (decay.c): dirty pages age into muzzy (or purged), muzzy into purged. */
 #define DECAY_STEPS 100 /* jemalloc's SMOOTHSTEP_NSTEPS */
