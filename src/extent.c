@@ -414,27 +414,35 @@ static bool commit_or_purge(arena_t *a, size_t size) {
  * muzzy) pages its slabs and large blocks leave, and reused only those; with every thread
  * on its own arena the arenas together held far more free resident pages than any one
  * needed (wl_xthread: 16 MiB dirty at the peak spread over 8 arenas while others faulted
- * in fresh pages). An ordinary arena that needs pages and has none of its own in `state`
- * now takes np pages from another ordinary arena's set before it touches retained
+ * in fresh pages). An ordinary arena that needs pages and has none of its own that fit
+ * now takes np pages from another ordinary arena's dirty or muzzy set before it touches retained
  * memory: the lowest np pages of that arena's best fit move to this arena (edata, page
  * map boundaries, mapped bytes) and join its set, where the caller finds them. Only
  * arenas whose elock is free are asked (trylock: a's elock is held, and waiting for a
  * second arena's could deadlock), so no thread waits on another arena. User arenas,
  * hooked arenas and the oversize arena neither give nor take: their pages may come from
- * another source or have their own reuse rules. Returns whether pages came. */
+ * another source or have their own reuse rules. Returns the state of the pages that
+ * came (ES_DIRTY or ES_MUZZY), ES_ACTIVE if none. */
 uint64_t extent_nsteals; /* atomic: stats, and the unit test's witness */
-static bool extent_steal(arena_t *a, size_t np, unsigned state) {
+static unsigned extent_steal(arena_t *a, size_t np) {
   unsigned n = narenas;
   for (unsigned k = 1; k < n; k++) {
     arena_t *o = __atomic_load_n(&arenas[(a->ind + k) % n], __ATOMIC_ACQUIRE);
     if (o == NULL || o->user || o->huge || arena_hooks(o) != NULL) continue;
     if (pthread_mutex_trylock(&o->elock.m) != 0) continue;
-    eset_t *oes = eset_of(o, state);
-    edata_t *f = oes->npages >= np && arena_hooks(o) == NULL ? eset_fit(oes, np) : NULL;
-    edata_t *e = f != NULL ? edata_get(a) : NULL;
+    /* Its dirty pages first (resident for sure), then its muzzy ones: one trylock each. */
+    unsigned state = ES_DIRTY;
+    eset_t *oes = &o->dirty;
+    edata_t *f = oes->npages >= np ? eset_fit(oes, np) : NULL;
+    if (f == NULL && o->muzzy.npages >= np) {
+      state = ES_MUZZY;
+      oes = &o->muzzy;
+      f = eset_fit(oes, np);
+    }
+    edata_t *e = f != NULL && arena_hooks(o) == NULL ? edata_get(a) : NULL;
     if (e == NULL) {
       mtx_unlock(&o->elock);
-      if (f != NULL) return false; /* no edata: the caller's own path will fail alike */
+      if (f != NULL) return ES_ACTIVE; /* no edata: the caller's own path will fail alike */
       continue;
     }
     size_t size = np * os_page;
@@ -459,9 +467,9 @@ static bool extent_steal(arena_t *a, size_t np, unsigned state) {
     extent_insert_free(a, e, state);
     mtx_unlock(&o->elock);
     __atomic_fetch_add(&extent_nsteals, 1, __ATOMIC_RELAXED);
-    return true;
+    return state;
   }
-  return false;
+  return ES_ACTIVE;
 }
 
 /* The oversize arena, when no dirty extent is big enough for `size`: the request is
@@ -599,12 +607,10 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     f = eset_fit(&a->muzzy, np);
   }
   if (f == NULL && !a->huge && !a->user && h == NULL && a->ind < narenas) {
-    if (extent_steal(a, np, ES_DIRTY)) {
-      state = ES_DIRTY;
-      f = eset_fit(&a->dirty, np);
-    } else if (extent_steal(a, np, ES_MUZZY)) {
-      state = ES_MUZZY;
-      f = eset_fit(&a->muzzy, np);
+    unsigned got = extent_steal(a, np);
+    if (got != ES_ACTIVE) {
+      state = got;
+      f = eset_fit(eset_of(a, got), np);
     }
   }
   if (f == NULL && a->huge && h == NULL && align == os_page && (f = extent_gather_dirty(a, size)) != NULL) {

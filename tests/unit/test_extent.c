@@ -269,6 +269,27 @@ static void test_arena_takes_another_arenas_dirty_pages(void) {
   purge_ordinary();
 }
 
+/* Muzzy pages (purged lazily) move too, when no arena has dirty pages that fit. */
+static void test_arena_takes_another_arenas_muzzy_pages(void) {
+  arena_t *x = arena_get(1), *y = arena_get(2);
+  uintptr_t addr = dirty_extent_in(x);
+  mtx_lock(&x->elock);
+  extent_purge(x, ES_DIRTY, 0, true); /* dirty -> muzzy (MADV_FREE) */
+  CHECK_EQ(x->dirty.npages, 0);
+  CHECK_EQ(x->muzzy.npages, 16);
+  mtx_unlock(&x->elock);
+  uint64_t steals = extent_nsteals;
+  mtx_lock(&y->elock);
+  edata_t *f = extent_alloc(y, 4 * os_page, os_page);
+  CHECK(f != NULL && f->addr == addr && edata_arena_ind(f) == y->ind);
+  CHECK(f != NULL && !f->zeroed); /* MADV_FREE pages may keep their contents */
+  if (f) extent_dalloc(y, f);
+  mtx_unlock(&y->elock);
+  CHECK_EQ(extent_nsteals, steals + 1);
+  CHECK_EQ(x->muzzy.npages, 12);
+  purge_ordinary();
+}
+
 /* No thread waits on another arena: an arena whose extent lock is held is passed over. */
 static int hold_state; /* atomic: 1 take the lock, 2 held, 3 release */
 static void hold_wait(int state) {
@@ -487,6 +508,7 @@ int main(void) {
   RUN(test_huge_reuse_grows_freed_block);
   RUN(test_huge_request_gathers_freed_blocks);
   RUN(test_arena_takes_another_arenas_dirty_pages);
+  RUN(test_arena_takes_another_arenas_muzzy_pages);
   RUN(test_arena_passes_over_a_locked_arena);
   RUN(test_user_arenas_keep_their_pages_apart);
   RUN(test_threads_move_pages_between_arenas_consistently);
