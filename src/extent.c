@@ -171,7 +171,8 @@ static void eset_insert(eset_t *es, edata_t *e) {
   e->bucket = (uint8_t)b;
   ph_insert(&es->heaps[b], &e->ph);
   es->nonempty[b / 64] |= (uint64_t)1 << (b % 64);
-  es->npages += np;
+  /* Written atomically (under the elock) so that extent_steal may read it without it. */
+  __atomic_store_n(&es->npages, es->npages + np, __ATOMIC_RELAXED);
   es->nextents[b]++;
   es->bpages[b] += np;
 }
@@ -181,7 +182,7 @@ static void eset_remove(eset_t *es, edata_t *e) {
   sassert(es->heaps[b] != NULL && es->npages >= e->size / os_page);
   ph_remove(&es->heaps[b], &e->ph);
   if (es->heaps[b] == NULL) es->nonempty[b / 64] &= ~((uint64_t)1 << (b % 64));
-  es->npages -= e->size / os_page;
+  __atomic_store_n(&es->npages, es->npages - e->size / os_page, __ATOMIC_RELAXED);
   es->nextents[b]--;
   es->bpages[b] -= e->size / os_page;
 }
@@ -429,6 +430,10 @@ static unsigned extent_steal(arena_t *a, size_t np) {
   for (unsigned k = 1; k < n; k++) {
     arena_t *o = __atomic_load_n(&arenas[(a->ind + k) % n], __ATOMIC_ACQUIRE);
     if (o == NULL || o->user || o->huge || arena_hooks(o) != NULL) continue;
+    /* Not even enough pages: no lock (a growing program's arenas mostly have none). */
+    if (__atomic_load_n(&o->dirty.npages, __ATOMIC_RELAXED) < np &&
+        __atomic_load_n(&o->muzzy.npages, __ATOMIC_RELAXED) < np)
+      continue;
     if (pthread_mutex_trylock(&o->elock.m) != 0) continue;
     /* Its dirty pages first (resident for sure), then its muzzy ones: one trylock each. */
     unsigned state = ES_DIRTY;
