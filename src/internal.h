@@ -293,6 +293,8 @@ HIDDEN size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool 
 /* Pages of every arena's extents that may be resident (active, dirty, muzzy): the limit
  * check's figure. Changes only when pages leave or join the retained/unmapped state. */
 HIDDEN extern size_t extent_resident_pages;
+/* Times an ordinary arena took another's dirty or muzzy pages (extent.c, extent_steal). */
+HIDDEN extern uint64_t extent_nsteals;
 HIDDEN void extent_register(edata_t *e, unsigned szind, bool slab); /* boundary (or all, for slabs) */
 HIDDEN void extent_deregister_interior(edata_t *e);
 HIDDEN void edata_cache_flush(arena_t *a, unsigned keep); /* elock held */
@@ -358,7 +360,8 @@ HIDDEN extern bool slab_bitmap_test_fail; /* unit tests: a full slab cannot get 
  * Lock order (fork takes them all in this order): bg_lock, init_lock, tcache_list_lock,
  * arenas_lock, then per arena in index order: bins[1..SZ_NSMALL].lock, elock;
  * then guard_lock, rtree_lock, meta_lock. Code may go right in this list while holding a lock
- * (bin -> elock -> rtree/meta), never left, and holds at most one arena's locks.
+ * (bin -> elock -> rtree/meta), never left, and holds at most one arena's locks (a second
+ * arena's elock only by trylock: extent.c's commit_or_purge and extent_steal).
  */
 /* One decay clock (decay.c): dirty pages age into muzzy (or purged), muzzy into purged. */
 #define DECAY_STEPS 100 /* jemalloc's SMOOTHSTEP_NSTEPS */
