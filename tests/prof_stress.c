@@ -473,4 +473,33 @@ TEST(test_prof_stash_swaps_in_threads_that_exit) {
   CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
 }
 
+/* Cached classes above malloc's lookup table (4-32 KiB: malloc_slow pops them from fills
+ * that reserved their bytes; frees reach them through the stash bins and swaps, or the
+ * large classes' prof_stash_t) sample at the rate too. At a 16 KiB mean, 2,000 kept
+ * blocks each of 6 KiB and 20 KiB in rounds of 8 (7 freed): 625 (sd 21) and 1,427
+ * (sd 20) samples expected. Checked against fills of those classes that reserved blocks
+ * without spending them (26 of the 6 KiB blocks sampled) and a 20 KiB miss that did not
+ * count (0). */
+TEST(test_prof_classes_above_the_table_sample_at_the_rate) {
+  enum { N = 2000, R = 8 };
+  static void *b[2 * N];
+  void *t[R];
+  size_t lg = 14, lg_back = 10;
+  CHECK(mallctl("prof.reset", NULL, NULL, &lg, sizeof lg) == 0, "prof.reset");
+  for (int i = 0; i < 2 * N; i++) {
+    size_t sz = i % 2 ? 20480 : 6144;
+    for (int k = 0; k < R; k++) t[k] = malloc(sz);
+    b[i] = t[(i / 2) % R];
+    for (int k = 0; k < R; k++)
+      if (t[k] != b[i]) free(t[k]);
+  }
+  unsigned long objs, bytes;
+  dump_totals(&objs, &bytes);
+  long n20k = ((long)bytes - 6144 * (long)objs) / (20480 - 6144), n6k = (long)objs - n20k;
+  for (int i = 0; i < 2 * N; i++) free(b[i]);
+  CHECK(mallctl("prof.reset", NULL, NULL, &lg_back, sizeof lg_back) == 0, "prof.reset");
+  CHECK(n6k > 625 - 5 * 21 && n6k < 625 + 5 * 21, "%ld samples of 2,000 kept 6 KiB blocks (expected 625)", n6k);
+  CHECK(n20k > 1427 - 5 * 20 && n20k < 1427 + 5 * 20, "%ld samples of 2,000 kept 20 KiB blocks (expected 1,427)", n20k);
+}
+
 int main(int argc, char **argv) { return check_main(argc, argv); }
