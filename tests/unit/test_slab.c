@@ -295,21 +295,32 @@ static void test_concurrent_frees_into_full_slabs(void) {
   CHECK_EQ(a->bins[ind].curregs, before);
 }
 
-/* A new arena faults in none of its bins' pages until a class is used, statistics read
- * or not: the oversize arena, and an arena whose threads use a few classes, stay small. */
-static void test_new_arena_leaves_unused_bins_untouched(void) {
+/* THP "always": metadata may sit on huge pages, so residency checks say nothing. */
+static bool thp_always(void) {
   char thp[128] = {0};
   int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY);
   if (fd >= 0) {
     if (read(fd, thp, sizeof(thp) - 1) < 0) thp[0] = 0;
     close(fd);
   }
-  if (strstr(thp, "[always]")) {
+  return strstr(thp, "[always]") != NULL;
+}
+
+/* The first arena index not created yet; narenas when every one is. */
+static unsigned first_unused_arena(void) {
+  unsigned ind = 0;
+  while (ind < narenas && __atomic_load_n(&arenas[ind], __ATOMIC_ACQUIRE) != NULL) ind++;
+  return ind;
+}
+
+/* A new arena faults in none of its bins' pages until a class is used, statistics read
+ * or not: the oversize arena, and an arena whose threads use a few classes, stay small. */
+static void test_new_arena_leaves_unused_bins_untouched(void) {
+  if (thp_always()) {
     printf("skip test_new_arena_leaves_unused_bins_untouched: THP always (metadata may be huge pages)\n");
     return;
   }
-  unsigned ind = 0;
-  while (ind < narenas && __atomic_load_n(&arenas[ind], __ATOMIC_ACQUIRE) != NULL) ind++;
+  unsigned ind = first_unused_arena();
   if (ind == narenas) {
     printf("skip test_new_arena_leaves_unused_bins_untouched: every arena is in use\n");
     return;
@@ -367,19 +378,12 @@ static long rollup_rss_kb(void) {
  * words of a snapshot record that are not zero: a new arena's 19 KiB record costs the page
  * or two of its header, not 5 pages (all were written before s5-redisrss). */
 static void test_statistics_refresh_leaves_zero_pages_of_a_record_untouched(void) {
-  char thp[128] = {0};
-  int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY);
-  if (fd >= 0) {
-    if (read(fd, thp, sizeof(thp) - 1) < 0) thp[0] = 0;
-    close(fd);
-  }
-  if (strstr(thp, "[always]") || rollup_rss_kb() < 0 || UNDER_SANITIZER) {
+  if (thp_always() || rollup_rss_kb() < 0 || UNDER_SANITIZER) {
     printf("skip test_statistics_refresh_leaves_zero_pages_of_a_record_untouched: THP always, no "
            "smaps_rollup, or a sanitizer (its shadow pages count in RSS)\n");
     return;
   }
-  unsigned ind = 0;
-  while (ind < narenas && __atomic_load_n(&arenas[ind], __ATOMIC_ACQUIRE) != NULL) ind++;
+  unsigned ind = first_unused_arena();
   if (ind == narenas) {
     printf("skip test_statistics_refresh_leaves_zero_pages_of_a_record_untouched: every arena is in use\n");
     return;
