@@ -255,8 +255,8 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
 
 /* ---------------------------------------------------------------- malloc / free */
 /* Heap profiling: a fast-path miss of a class the lookup table covers swaps the class's
- * stash bin into its bin when the countdown allows (tcache_prof_swap, internal.h), else
- * takes malloc_slow's general path (tcache_alloc_hard's prof fill). */
+ * stash bin into its bin when the countdown allows (tcache_prof_swap, internal.h); NULL
+ * sends malloc_slow on to its general path (tcache_alloc_hard's prof fill). */
 static NOINLINE void *malloc_prof_miss(size_t size) {
   tsd_t *tsd = &strata_tsd;
   if (likely(size <= SZ_LOOKUP_MAX && tsd->state == TSD_ACTIVE) && !tsd->reentrant && !tsd->in_hook) {
@@ -267,11 +267,7 @@ static NOINLINE void *malloc_prof_miss(size_t size) {
       return p;
     }
   }
-  tsd = tsd_fetch();
-  szind_t ind = sz_size2index(size);
-  void *p = (tsd && ind) ? ialloc(tsd, ind, false, true, NULL) : NULL;
-  if (unlikely(p == NULL)) errno = ENOMEM;
-  return p;
+  return NULL;
 }
 
 static NOINLINE void *malloc_slow(size_t size) {
@@ -298,7 +294,8 @@ static NOINLINE void *malloc_slow(size_t size) {
     }
   } else if (unlikely(__atomic_load_n(&prof_on, __ATOMIC_RELAXED))) {
     /* Atomic: a thread can get here before strata_init (prof_boot) has finished. */
-    return malloc_prof_miss(size);
+    void *p = malloc_prof_miss(size);
+    if (likely(p != NULL)) return p;
   }
   tsd_t *tsd = tsd_fetch();
   szind_t ind = sz_size2index(size);

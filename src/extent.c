@@ -444,7 +444,7 @@ static unsigned extent_steal(arena_t *a, size_t np) {
       oes = &o->muzzy;
       f = eset_fit(oes, np);
     }
-    edata_t *e = f != NULL && arena_hooks(o) == NULL ? edata_get(a) : NULL;
+    edata_t *e = f != NULL ? edata_get(a) : NULL;
     if (e == NULL) {
       mtx_unlock(&o->elock);
       if (f != NULL) return ES_ACTIVE; /* no edata: the caller's own path will fail alike */
