@@ -54,9 +54,10 @@ static ctl_global_stats_t snap_global;
 static ctl_arena_stats_t snap_merged, snap_destroyed;
 static ctl_arena_stats_t **snap_arenas; /* [ARENAS_MAX], records from meta_alloc as arenas appear */
 /* stats.mutexes.<name>, in the order of the table's rows */
-enum { GM_CTL, GM_ARENAS, GM_TCACHE_LIST, GM_BASE, GM_RTREE, GM_BG, GM_N };
+enum { GM_CTL, GM_ARENAS, GM_TCACHE_LIST, GM_BASE, GM_RTREE, GM_BG, GM_PROF, GM_N };
 static ctl_mutex_stats_t snap_gmutex[GM_N];
-static mtx_t *const gmutex[GM_N] = {&ctl_lock, &arenas_lock, &tcache_list_lock, &meta_lock, &rtree_lock, &bg_lock};
+static mtx_t *const gmutex[GM_N] = {&ctl_lock, &arenas_lock, &tcache_list_lock, &meta_lock, &rtree_lock, &bg_lock,
+                                          &prof_lock};
 
 uint64_t stats_zero_reallocs;
 
@@ -731,6 +732,7 @@ static const ctl_node_t n_gmutexes[] = {
     DIR("ctl", n_gmutex_fields), DIR("arenas", n_gmutex_fields), DIR("tcache_list", n_gmutex_fields),
     DIR("base", n_gmutex_fields), DIR("rtree", n_gmutex_fields),
     DIR("background_thread", n_gmutex_fields), /* bg_lock: creating, toggling, joining the threads */
+    DIR("prof", n_gmutex_fields),              /* prof_lock: samples, sampled frees, dumps' copies */
     LEAF_H("reset", CT_VOID, h_mutexes_reset, F_NOPRINT, "zero every mutex profile"), END};
 static const ctl_node_t n_sbin_j_kids[] = {
     LEAF_B("nmalloc", CT_U64, nmalloc, C, "regions taken from the bin"),

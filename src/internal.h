@@ -848,6 +848,7 @@ static inline bool prof_maybe_sampled(const void *p, const edata_t *ed, szind_t 
   if (!prof_is_sampled(ed)) return false;
   return ind > SZ_NSMALL || rt_szind(rtree_read((uintptr_t)p)) == 0;
 }
+HIDDEN extern mtx_t prof_lock; /* stack table and live set (stats.mutexes.prof) */
 HIDDEN void prof_prefork(void);
 HIDDEN void prof_postfork(bool child);
 HIDDEN ctl_handler_t prof_ctl_active, prof_ctl_dump, prof_ctl_gdump, prof_ctl_reset, prof_ctl_lg_sample,

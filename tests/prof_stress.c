@@ -502,4 +502,33 @@ TEST(test_prof_classes_above_the_table_sample_at_the_rate) {
   CHECK(n20k > 1427 - 5 * 20 && n20k < 1427 + 5 * 20, "%ld samples of 2,000 kept 20 KiB blocks (expected 1,427)", n20k);
 }
 
+/* The frees of a sampled block's granule neighbours ask the live set without prof_lock
+ * (prof.c, live_maybe). At this rate about 500 of 8,192 64-byte blocks are sampled and
+ * nearly every 4 KiB granule holds one, so most of the frees leave the fast path; only
+ * the sampled ones may take the lock (stats.mutexes.prof, jemalloc's name). */
+static uint64_t prof_lock_ops(void) {
+  uint64_t e = 1, v = 0;
+  size_t len = sizeof v;
+  CHECK(mallctl("epoch", NULL, NULL, &e, sizeof e) == 0, "epoch");
+  CHECK(mallctl("stats.mutexes.prof.num_ops", &v, &len, NULL, 0) == 0, "stats.mutexes.prof.num_ops");
+  return v;
+}
+
+TEST(test_prof_neighbour_frees_skip_the_lock) {
+  enum { N = 8192 };
+  static void *b[N];
+  for (int i = 0; i < N; i++) {
+    b[i] = malloc(64);
+    CHECK(b[i] != NULL, "malloc(64)");
+  }
+  uint64_t n0 = prof_lock_ops();
+  for (int i = 0; i < N; i++) free(b[i]);
+  uint64_t n1 = prof_lock_ops();
+  CHECK(n1 - n0 < N / 8, "%llu prof_lock acquisitions for %d frees (about 500 blocks sampled)",
+        (unsigned long long)(n1 - n0), N);
+  unsigned long objs, bytes;
+  dump_totals(&objs, &bytes);
+  CHECK(CHURN_LEFTOVER_OK(objs, bytes), "%lu sampled blocks left in the live set", objs);
+}
+
 int main(int argc, char **argv) { return check_main(argc, argv); }
