@@ -18,15 +18,6 @@ bin_info_t bin_info[SZ_NSMALL + 1];
  * Pages of a slab are touched only as its regions are handed out. */
 #define SLAB_MIN_TINY ((size_t)64 << 10)
 #define SLAB_TINY_MAX ((size_t)128)
-/* Classes up to 48 B: the smallest power-of-two slab of at least 4,096 regions (32 B:
- * 128 KiB, 48 B: 256 KiB with 5,461 regions). Redis's keys, values and dict entries are
- * 32 and 48-byte blocks: 1M keys made 1,713 64 KiB slabs whose 80-byte edata took 35
- * pages of metadata; these sizes need 429. Powers of two, because the blocks programs free
- * (hash tables, buffers) are too: a 192 KiB slab left 64 KiB holes in them that stayed
- * dirty (docs/design.md, "Issue 12, sixth round"). Bitmap bits per region and the pages
- * touched (lowest regions first) stay the same. */
-#define SLAB_MIN_REGS 4096
-#define SLAB_MIN_REGS_MAX ((size_t)48)
 
 /* Classes 1..9: 8, 16, 32, ..., 128; then 4 per doubling: base + k * base/4. */
 static size_t class_size(szind_t ind) {
@@ -71,8 +62,6 @@ void sz_init(void) {
   for (szind_t i = 1; i <= SZ_NSMALL; i++) {
     size_t size = sz_size[i], best = 0, best_waste = (size_t)-1;
     size_t smin = size <= SLAB_TINY_MAX ? SLAB_MIN_TINY : SLAB_MIN;
-    if (size <= SLAB_MIN_REGS_MAX)
-      while (smin < size * SLAB_MIN_REGS) smin *= 2;
     size_t minp = smin > os_page ? smin / os_page : 1;
     for (size_t p = minp; p <= minp * SLAB_MAX_MULT; p++) {
       size_t bytes = p * os_page, waste = bytes % size;
