@@ -89,23 +89,6 @@ void arena_unbind(arena_t *a) {
   if (a) __atomic_fetch_sub(&a->nthreads, 1, __ATOMIC_RELAXED);
 }
 
-/* The last thread bound to an ordinary arena exited (tcache_thread_exit): its bins' spare
- * slabs, empty current slabs and remote chains (regions other threads freed, which only
- * the arena's next fill would take) go back now, so that the pages join the arena's dirty
- * set, where any arena may reuse them (extent_steal), instead of staying one class's. No
- * purge: the pages stay resident until decay (jemalloc purges the arena here; that costs
- * a refault per page when the next thread binds to it). wl_threadwave (waves of 8 threads
- * on 8 arenas) held 7.6 MiB active between waves for 1.8 MiB allocated (docs/design.md,
- * "sixth round"). */
-uint64_t arena_nunbound_releases; /* atomic: the unit test's witness */
-void arena_release_unbound(arena_t *a) {
-  if (a == NULL || a->user || a->huge || __atomic_load_n(&a->nthreads, __ATOMIC_ACQUIRE) != 0) return;
-  __atomic_fetch_add(&arena_nunbound_releases, 1, __ATOMIC_RELAXED);
-  uint64_t used = __atomic_load_n(&a->bins_used, __ATOMIC_ACQUIRE);
-  for (unsigned b = 1; b <= SZ_NSMALL; b++)
-    if (used & ((uint64_t)1 << b)) bin_release_spare(a, b);
-}
-
 /*
  * Arena spreading. Each arena costs memory of its own: partly used slabs in every class,
  * a spare slab per bin, dirty pages only it reuses; and a thread's blocks freed in

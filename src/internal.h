@@ -420,8 +420,6 @@ HIDDEN extern mtx_t arenas_lock;
 HIDDEN arena_t *arena_get(unsigned ind); /* creates on first use; NULL on OOM */
 HIDDEN arena_t *arena_choose(void);       /* least loaded of the live ones, binds the thread */
 HIDDEN void arena_unbind(arena_t *a);
-HIDDEN void arena_release_unbound(arena_t *a); /* no thread bound: spare slabs and remote chains back */
-HIDDEN extern uint64_t arena_nunbound_releases;
 /* Threads bind to the first narenas_live (atomic) ordinary arenas: all of them, or with
  * opt.arena_spread (and no opt.narenas) 1 at start, growing with contention. A thread
  * whose bin and extent locks keep meeting contention moves to a less loaded arena, or

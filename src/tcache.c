@@ -523,7 +523,6 @@ void tcache_thread_exit(void *arg) {
   /* The arena is free for the next thread (later destructors still use it). */
   arena_unbind(tsd->arena);
   tcache_retire(tc);
-  arena_release_unbound(tsd->arena); /* its last thread: empty slabs back (arena.c) */
 }
 
 /* thread.tcache.enabled: off flushes the cache and serves the thread from its arena

@@ -248,52 +248,6 @@ static void test_large_traffic_thread_fills_small_classes_lean(void) {
   CHECK_EQ(full_run[1], half);
 }
 
-/* The last thread bound to an ordinary arena gives its bins' spare slabs and remote
- * chains back at exit (arena_release_unbound); not while another thread is bound there.
- * The thread binds to arena x as arena_choose would (x: the last ordinary arena, which no
- * other thread of this test uses) and frees two slabs' worth of a 2 KiB class, which
- * its exit flush leaves as an empty current slab and the bin's spare. */
-static arena_t *unbound_x;
-static void *unbound_body(void *arg) {
-  (void)arg;
-  __atomic_fetch_add(&unbound_x->nthreads, 1, __ATOMIC_RELAXED);
-  strata_tsd.arena = unbound_x;
-  szind_t ind = sz_size2index(2048);
-  uint32_t n = 2 * bin_info[ind].nregs;
-  void *ps[64];
-  for (uint32_t k = 0; k < n; k++) ps[k] = strata_malloc(2048);
-  for (uint32_t k = 0; k < n; k++) strata_free(ps[k]);
-  return NULL;
-}
-static size_t unbound_run(void) { /* x's slabs of the class after the thread's exit */
-  pthread_t t;
-  pthread_create(&t, NULL, unbound_body, NULL);
-  pthread_join(t, NULL);
-  bin_t *bin = &unbound_x->bins[sz_size2index(2048)];
-  mtx_lock(&bin->lock);
-  size_t n = bin->curslabs;
-  mtx_unlock(&bin->lock);
-  return n;
-}
-
-static void test_last_thread_of_an_arena_returns_its_empty_slabs(void) {
-  unbound_x = arena_get(narenas - 1);
-  CHECK(unbound_x != NULL);
-  if (unbound_x == NULL) return;
-  CHECK(2 * bin_info[sz_size2index(2048)].nregs <= 64);
-  CHECK_EQ(__atomic_load_n(&unbound_x->nthreads, __ATOMIC_RELAXED), 0);
-  uint64_t n0 = arena_nunbound_releases;
-  /* Another thread still bound there: the slabs stay for it. */
-  __atomic_fetch_add(&unbound_x->nthreads, 1, __ATOMIC_RELAXED);
-  size_t kept = unbound_run();
-  CHECK(kept >= 1);
-  CHECK_EQ(arena_nunbound_releases, n0);
-  __atomic_fetch_sub(&unbound_x->nthreads, 1, __ATOMIC_RELAXED);
-  CHECK_EQ(unbound_run(), 0);
-  CHECK_EQ(arena_nunbound_releases, n0 + 1);
-  printf("     2 KiB slabs of the arena after its thread's exit: %zu with another thread bound, 0 without\n", kept);
-}
-
 int main(void) {
   if (strata_init()) return 1;
   printf("unit: tcache\n");
@@ -306,6 +260,5 @@ int main(void) {
   RUN(test_global_cap_bounds_cached_bytes);
   RUN(test_large_allocations_drive_gc);
   RUN(test_large_traffic_thread_fills_small_classes_lean);
-  RUN(test_last_thread_of_an_arena_returns_its_empty_slabs);
   UNIT_EXIT();
 }
