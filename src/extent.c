@@ -579,14 +579,14 @@ static edata_t *extent_gather_dirty(arena_t *a, size_t size) {
  * dirty pages are then fragments between live blocks: while every arena's dirty pages
  * together are FRAG_DIRTY_DIV-th or more of the resident pages, the arena's oldest np
  * dirty pages are purged once the caller has unlocked, so its resident memory stays where
- * it was instead of growing by np. wl_nativethreads (100 threads, blocks of 16 B..256 KiB) faulted in 34-46 MiB
- * while 90% of those requests found enough dirty pages, in pieces (docs/design.md,
- * "sixth round"). Below the share, fragments are kept for later small requests: the
- * purges and refaults would cost time for nothing (wl_drift, wl_halffree, wl_xthread
- * take fresh pages with dirty pages under a sixteenth of resident). Decay disabled
- * (dirty_decay_ms -1) means keep them: nothing is purged then. */
+ * it was instead of growing by np. wl_nativethreads (100 threads, blocks of 16 B..256
+ * KiB) faulted in 34-46 MiB per run, 90% of it for requests that found enough dirty pages,
+ * in pieces (docs/design.md, "sixth round"). Below the share, fragments are kept for
+ * later small requests: purges and refaults would cost time for nothing (wl_drift,
+ * wl_halffree and wl_xthread take fresh pages with dirty pages under an eighth of
+ * resident, nearly always). Decay disabled (dirty_decay_ms -1) means keep them. */
 #define FRAG_DIRTY_DIV 8
-uint64_t extent_nfrag_purges; /* atomic: stats, and the unit test's witness */
+uint64_t extent_nfrag_purges; /* atomic: the decisions; the unit tests' witness */
 static void extent_purge_fragments(arena_t *a, size_t np) {
   if (a->dirty.npages < np || decay_ms(&a->ddecay) < 0) return;
   size_t dirty = 0, resident = __atomic_load_n(&extent_resident_pages, __ATOMIC_RELAXED);
