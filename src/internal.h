@@ -295,6 +295,7 @@ HIDDEN size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool 
 HIDDEN extern size_t extent_resident_pages;
 /* Times an ordinary arena took another's dirty or muzzy pages (extent.c, extent_steal). */
 HIDDEN extern uint64_t extent_nsteals;
+HIDDEN extern uint64_t extent_nfrag_purges; /* fragmented dirty pages purged before fresh ones */
 HIDDEN void extent_register(edata_t *e, unsigned szind, bool slab); /* boundary (or all, for slabs) */
 HIDDEN void extent_deregister_interior(edata_t *e);
 HIDDEN void edata_cache_flush(arena_t *a, unsigned keep); /* elock held */
@@ -390,6 +391,7 @@ struct arena_s {
   bool huge;              /* the oversize arena */
   unsigned nthreads;      /* threads bound (atomic) */
   bool purge_pending;     /* atomic: a decay step is due, purge after unlocking */
+  size_t frag_purge;      /* elock: fragmented dirty pages to purge after unlocking (extent.c) */
   decay_t ddecay, mdecay; /* dirty -> muzzy/purged, muzzy -> purged */
   bool bg_scheduled;      /* its background thread knows it has pages to decay */
   size_t bg_seen_npages;  /* dirty pages when that thread was last told */

@@ -290,6 +290,90 @@ static void test_arena_takes_another_arenas_muzzy_pages(void) {
   purge_ordinary();
 }
 
+/* Fragmented dirty pages give way (extent_purge_fragments): an ordinary arena whose dirty
+ * pages are pieces too small for a request purges as many of its oldest pages as it is
+ * about to take fresh, while dirty pages are an eighth or more of all resident pages;
+ * not below that share, and not with decay disabled. x gets FRAG_N 8-page pieces of
+ * dirty pages between live extents of its own; everything else is purged first. */
+#define FRAG_N 32
+static edata_t *frag_live[FRAG_N];
+static void fragment_arena(arena_t *x) {
+  arena_purge_all(); /* the oversize arena's dirty pages from the tests above too */
+  mtx_lock(&x->elock);
+  edata_t *e[2 * FRAG_N];
+  for (int i = 0; i < 2 * FRAG_N; i++) {
+    e[i] = extent_alloc(x, 8 * os_page, os_page);
+    CHECK(e[i] != NULL);
+  }
+  for (int i = 0; i < FRAG_N; i++) {
+    frag_live[i] = e[2 * i + 1];
+    if (e[2 * i]) extent_dalloc(x, e[2 * i]);
+  }
+  CHECK_EQ(x->dirty.npages, FRAG_N * 8);
+  mtx_unlock(&x->elock);
+}
+static void unfragment_arena(arena_t *x) {
+  mtx_lock(&x->elock);
+  for (int i = 0; i < FRAG_N; i++)
+    if (frag_live[i]) extent_dalloc(x, frag_live[i]);
+  mtx_unlock(&x->elock);
+  purge_ordinary();
+}
+/* Takes 16 pages in x (no 8-page piece fits); returns x's dirty pages after. */
+static size_t take_16_pages(arena_t *x) {
+  mtx_lock(&x->elock);
+  edata_t *f = extent_alloc(x, 16 * os_page, os_page);
+  CHECK(f != NULL);
+  mtx_unlock(&x->elock);
+  arena_maybe_purge(x); /* what arena_large_alloc and slab fills do after unlocking */
+  mtx_lock(&x->elock);
+  size_t left = x->dirty.npages;
+  if (f) extent_dalloc(x, f);
+  mtx_unlock(&x->elock);
+  return left;
+}
+
+static void test_fragmented_dirty_pages_give_way(void) {
+  arena_t *x = arena_get(1);
+  fragment_arena(x);
+  CHECK(FRAG_N * 8 * 8 >= __atomic_load_n(&extent_resident_pages, __ATOMIC_RELAXED)); /* the share holds */
+  uint64_t n0 = extent_nfrag_purges, purged0 = x->npurged;
+  CHECK_EQ(take_16_pages(x), FRAG_N * 8 - 16); /* the two oldest pieces went */
+  CHECK_EQ(extent_nfrag_purges, n0 + 1);
+  CHECK_EQ(x->npurged, purged0 + 16);
+  unfragment_arena(x);
+}
+
+static void test_fragments_under_the_share_stay(void) {
+  arena_t *x = arena_get(1);
+  fragment_arena(x);
+  /* 64 MiB active elsewhere in x (never touched: committed, not faulted in). */
+  mtx_lock(&x->elock);
+  edata_t *big = extent_alloc(x, (size_t)16384 * os_page, os_page);
+  CHECK(big != NULL);
+  mtx_unlock(&x->elock);
+  CHECK(FRAG_N * 8 * 8 < __atomic_load_n(&extent_resident_pages, __ATOMIC_RELAXED));
+  uint64_t n0 = extent_nfrag_purges;
+  CHECK_EQ(take_16_pages(x), FRAG_N * 8);
+  CHECK_EQ(extent_nfrag_purges, n0);
+  mtx_lock(&x->elock);
+  if (big) extent_dalloc(x, big);
+  mtx_unlock(&x->elock);
+  unfragment_arena(x);
+}
+
+static void test_fragments_stay_with_decay_disabled(void) {
+  arena_t *x = arena_get(1);
+  fragment_arena(x);
+  int64_t ms = decay_ms(&x->ddecay);
+  __atomic_store_n(&x->ddecay.ms, -1, __ATOMIC_RELAXED);
+  uint64_t n0 = extent_nfrag_purges;
+  CHECK_EQ(take_16_pages(x), FRAG_N * 8);
+  CHECK_EQ(extent_nfrag_purges, n0);
+  __atomic_store_n(&x->ddecay.ms, ms, __ATOMIC_RELAXED);
+  unfragment_arena(x);
+}
+
 /* No thread waits on another arena: an arena whose extent lock is held is passed over. */
 static int hold_state; /* atomic: 1 take the lock, 2 held, 3 release */
 static void hold_wait(int state) {
@@ -510,6 +594,9 @@ int main(void) {
   RUN(test_arena_takes_another_arenas_dirty_pages);
   RUN(test_arena_takes_another_arenas_muzzy_pages);
   RUN(test_arena_passes_over_a_locked_arena);
+  RUN(test_fragmented_dirty_pages_give_way);
+  RUN(test_fragments_under_the_share_stay);
+  RUN(test_fragments_stay_with_decay_disabled);
   RUN(test_user_arenas_keep_their_pages_apart);
   RUN(test_threads_move_pages_between_arenas_consistently);
   RUN(test_extent_lock_excludes_under_contention);

@@ -215,6 +215,39 @@ static void test_large_allocations_drive_gc(void) {
   CHECK_EQ(left[1], 0);
 }
 
+/* A thread that allocated TCACHE_GC_BYTES above tcache_max fills a small class for the
+ * first time with 4 KiB's worth (tcache_large_tick), doubling on the next misses; a thread
+ * without such traffic still gets half the bin. */
+static void *lean_body(void *arg) {
+  size_t *out = arg;
+  strata_free(strata_malloc(1024)); /* the thread's cache */
+  if (out[0]) { /* large traffic first */
+    size_t big = opt.tcache_max + 1;
+    for (size_t done = 0; done < TCACHE_GC_BYTES; done += big) strata_free(strata_malloc(big));
+  }
+  szind_t ind = sz_size2index(256);
+  strata_free(strata_malloc(256)); /* the first fill, then the block back */
+  out[1] = tbin_count(bin_of(ind), ind);
+  out[2] = strata_tsd.tcache->fill[ind]; /* the next miss's fill */
+  return NULL;
+}
+
+static void test_large_traffic_thread_fills_small_classes_lean(void) {
+  szind_t ind = sz_size2index(256);
+  size_t half = tbin_max[ind] / 2, lean = ((size_t)4 << 10) / 256;
+  CHECK(2 * lean < half);
+  size_t lean_run[3] = {1, 0, 0}, full_run[3] = {0, 0, 0};
+  pthread_t t;
+  pthread_create(&t, NULL, lean_body, lean_run);
+  pthread_join(t, NULL);
+  pthread_create(&t, NULL, lean_body, full_run);
+  pthread_join(t, NULL);
+  printf("     256 B first fill: %zu with large traffic, %zu without\n", lean_run[1], full_run[1]);
+  CHECK_EQ(lean_run[1], lean);
+  CHECK_EQ(lean_run[2], 2 * lean); /* doubles on the next miss */
+  CHECK_EQ(full_run[1], half);
+}
+
 int main(void) {
   if (strata_init()) return 1;
   printf("unit: tcache\n");
@@ -226,5 +259,6 @@ int main(void) {
   RUN(test_first_free_of_a_thread_is_not_cached);
   RUN(test_global_cap_bounds_cached_bytes);
   RUN(test_large_allocations_drive_gc);
+  RUN(test_large_traffic_thread_fills_small_classes_lean);
   UNIT_EXIT();
 }
