@@ -275,7 +275,7 @@ static NOINLINE void *malloc_slow(size_t size) {
    * ialloc's general path (wl_xthread: 3 of 4 mallocs are 4-16 KiB; they cost 110
    * instructions there). A miss, or a thread without its cache, goes the long way. */
   if (size > SZ_LOOKUP_MAX && likely(strata_tsd.state == TSD_ACTIVE) && !strata_tsd.reentrant) {
-    szind_t ind = sz_size2index_compute(size);
+    szind_t ind = likely(size <= SZ_LOOKUP_K_MAX) ? sz_lookup_k[(size - 1) >> 10] : sz_size2index_compute(size);
     if (ind < tcache_nbins) {
       tbin_t *b = &strata_tsd.tcache->bins[ind];
       void *p = b->head;

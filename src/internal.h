@@ -199,6 +199,10 @@ typedef unsigned szind_t;
 #define SZ_NCLASSES 229 /* index of 2^62, the largest class */
 #define SZ_MAX ((size_t)1 << 62)
 HIDDEN extern uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
+/* Classes above the table up to 32 KiB step by 1 KiB or more (5, 6, 7, 8, 10, ..., 32 KiB):
+ * a second table at 1 KiB granularity, for malloc_slow's cached-class pop (wl_xthread). */
+#define SZ_LOOKUP_K_MAX ((size_t)32 << 10)
+HIDDEN extern uint8_t sz_lookup_k[SZ_LOOKUP_K_MAX >> 10];
 HIDDEN extern size_t sz_size[SZ_NCLASSES + 1];
 
 typedef struct {

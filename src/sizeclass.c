@@ -5,6 +5,7 @@
 #include "internal.h"
 
 uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
+uint8_t sz_lookup_k[SZ_LOOKUP_K_MAX >> 10]; /* [(size - 1) >> 10], size in (4 KiB, 32 KiB] */
 size_t sz_size[SZ_NCLASSES + 1];
 bin_info_t bin_info[SZ_NSMALL + 1];
 
@@ -59,6 +60,8 @@ void sz_init(void) {
   for (szind_t i = 1; i <= SZ_NCLASSES; i++) sz_size[i] = class_size(i);
   for (size_t s = 0; s <= SZ_LOOKUP_MAX; s += 8)
     __atomic_store_n(&sz_lookup[s >> 3], (uint8_t)sz_size2index_compute(s ? s : 1), __ATOMIC_RELAXED);
+  for (size_t k = SZ_LOOKUP_MAX >> 10; k < (SZ_LOOKUP_K_MAX >> 10); k++)
+    sz_lookup_k[k] = (uint8_t)sz_size2index_compute((k + 1) << 10); /* (k KiB, k+1 KiB] */
   for (szind_t i = 1; i <= SZ_NSMALL; i++) {
     size_t size = sz_size[i], best = 0, best_waste = (size_t)-1;
     size_t smin = size <= SLAB_TINY_MAX ? SLAB_MIN_TINY : SLAB_MIN;
