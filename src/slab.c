@@ -347,6 +347,69 @@ void bin_dalloc_runs(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns) 
   arena_maybe_purge(a);
 }
 
+/* A thread cache's flush of regions of its own arena, in one walk under the bin lock:
+ * each region is checked (a region start of a slab of class rt_ind in the used part) and
+ * its bit set as it is met, the page map read once per slab change. Flushes otherwise
+ * walked the chain twice, once to cut it into runs (tcache.c, flush_scan) and once to set
+ * the bits (bin_dalloc_runs_locked): 50 instructions a region, a third of wl_halffree's
+ * allocator time. Stops at the first region it does not take (another arena's slab, a
+ * full slab whose bitmap cannot come back, anything that fails a check) and returns how
+ * many it took; *pp is then that region (the caller's general path takes the rest and
+ * reports what is wrong), else the link after the n-th. */
+uint32_t bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void **pp, uint32_t n) {
+  const bin_info_t *bi = &bin_info[ind];
+  const uint64_t magic = bi->div_magic, size = bi->size, used = (uint64_t)bi->nregs * bi->size;
+  const uintptr_t key = tcache_key;
+  const unsigned id = a->ind + 1;
+  bin_t *bin = &a->bins[ind];
+  void *p = *pp;
+  edata_t *s = NULL;
+  uint64_t *bm = NULL;
+  uintptr_t base = 0;
+  uint32_t len = 0, done = 0;
+  arena_tally(mtx_lock(&bin->lock));
+  for (; done < n; done++) {
+    uint64_t diff = (uintptr_t)p - base;
+    if (unlikely(diff >= used)) {
+      uint64_t e = rtree_read((uintptr_t)p);
+      edata_t *t = rt_edata(e);
+      if (!(e & RT_SLAB) || rt_szind(e) != rt_ind || t == NULL || t->arena_id != id || (uintptr_t)p - t->addr >= used)
+        break;
+      uint64_t *tbm = t->bitmap;
+      if (tbm == NULL && (tbm = slab_bitmap_regain(bin, ind, t)) == NULL) break;
+      if (s != NULL) {
+        uint32_t before = s->nfree;
+        s->nfree += len;
+        s->bm_hint = 0;
+        slab_note_free(a, bin, bi, s, before);
+      }
+      s = t;
+      bm = tbm;
+      base = t->addr;
+      diff = (uintptr_t)p - base;
+      len = 0;
+    }
+    uint64_t regind = (diff * magic) >> 32, bit = (uint64_t)1 << (regind % 64);
+    if (unlikely(regind * size != diff || (bm[regind / 64] & bit))) break;
+    bm[regind / 64] |= bit;
+    len++;
+    p = (void *)(*(const uintptr_t *)p ^ key ^ (uintptr_t)p); /* checked as the next region, or by the caller */
+  }
+  if (s != NULL && len != 0) {
+    uint32_t before = s->nfree;
+    s->nfree += len;
+    s->bm_hint = 0;
+    slab_note_free(a, bin, bi, s, before);
+  }
+  bin->curregs -= done;
+  bin->ndalloc += done;
+  bin->nflushes++;
+  mtx_unlock(&bin->lock);
+  if (done) arena_maybe_purge(a);
+  *pp = p;
+  return done;
+}
+
 /* Cut the chain at head (n regions) into runs of the same slab; returns the count. */
 static unsigned chain_runs(void *head, uint32_t n, szind_t ind, slab_run_t *runs) {
   unsigned nruns = 0;

@@ -209,6 +209,17 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
      * when it shares their arena (with arena_spread, threads share arenas until contention). */
     bool consumer = b->nmalloc < b->ndalloc / 4;
     unsigned own = tc->arena && !consumer ? tc->arena->ind + 1 : (unsigned)-1; /* an edata arena_id */
+    if (own != (unsigned)-1) {
+      /* Regions of the thread's own arena go back to their bitmaps in one walk; the
+       * general path below takes whatever that walk stops at (docs/design.md, issue 10,
+       * sixth round). */
+      uint32_t done = bin_flush_local(tc->arena, ind, rt_ind, &p, n);
+      if (done == n) {
+        b->head = p;
+        continue;
+      }
+      n -= done;
+    }
     flush_scan_t sc = bin_info[ind].pow2 ? flush_scan(p, n, ind, rt_ind, runs, own, false)
                                          : flush_scan(p, n, ind, rt_ind, runs, own, true);
     b->head = link_next(sc.last, ind);
