@@ -232,6 +232,12 @@ HIDDEN size_t sz_sa2u(size_t size, size_t align);
 HIDDEN unsigned psz_floor(size_t npages);
 HIDDEN unsigned psz_ceil(size_t npages);
 HIDDEN size_t psz_pages(unsigned idx); /* smallest page count of bucket idx */
+/* psz_floor and psz_ceil of page counts below PSZ_TAB_N by table (sizeclass.c): slabs
+ * and most large blocks; the extent sets look both up on every insert and fit. */
+#define PSZ_TAB_N 512
+HIDDEN extern uint8_t psz_floor_tab[PSZ_TAB_N], psz_ceil_tab[PSZ_TAB_N];
+static inline unsigned psz_floor_fast(size_t np) { return np < PSZ_TAB_N ? psz_floor_tab[np] : psz_floor(np); }
+static inline unsigned psz_ceil_fast(size_t np) { return np < PSZ_TAB_N ? psz_ceil_tab[np] : psz_ceil(np); }
 
 /* ------------------------------------------------------------------ extent.c */
 /* A pairing heap keyed by address: lowest address first, O(1) insert. */

@@ -6,6 +6,7 @@
 
 uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
 uint8_t sz_lookup_k[SZ_LOOKUP_K_MAX >> 10]; /* [(size - 1) >> 10], size in (4 KiB, 32 KiB] */
+uint8_t psz_floor_tab[PSZ_TAB_N], psz_ceil_tab[PSZ_TAB_N];
 size_t sz_size[SZ_NCLASSES + 1];
 bin_info_t bin_info[SZ_NSMALL + 1];
 
@@ -62,6 +63,11 @@ void sz_init(void) {
     __atomic_store_n(&sz_lookup[s >> 3], (uint8_t)sz_size2index_compute(s ? s : 1), __ATOMIC_RELAXED);
   for (size_t k = SZ_LOOKUP_MAX >> 10; k < (SZ_LOOKUP_K_MAX >> 10); k++)
     sz_lookup_k[k] = (uint8_t)sz_size2index_compute((k + 1) << 10); /* (k KiB, k+1 KiB] */
+  _Static_assert(PSZ_N <= 256, "psz tables hold bucket indices in a byte");
+  for (size_t n = 0; n < PSZ_TAB_N; n++) {
+    psz_floor_tab[n] = (uint8_t)psz_floor(n);
+    psz_ceil_tab[n] = (uint8_t)psz_ceil(n);
+  }
   for (szind_t i = 1; i <= SZ_NSMALL; i++) {
     size_t size = sz_size[i], best = 0, best_waste = (size_t)-1;
     size_t smin = size <= SLAB_TINY_MAX ? SLAB_MIN_TINY : SLAB_MIN;

@@ -367,6 +367,11 @@ uint32_t bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void **pp, uin
   uint64_t *bm = NULL;
   uintptr_t base = 0;
   uint32_t len = 0, done = 0;
+  /* A batch that starts in another arena's slab (remote frees) goes the general way
+   * without taking this bin's lock; the loop checks again under it. */
+  uint64_t e0 = rtree_read((uintptr_t)p);
+  if (!(e0 & RT_SLAB) || rt_edata(e0) == NULL || __atomic_load_n(&rt_edata(e0)->arena_id, __ATOMIC_RELAXED) != id)
+    return 0;
   arena_tally(mtx_lock(&bin->lock));
   for (; done < n; done++) {
     uint64_t diff = (uintptr_t)p - base;
