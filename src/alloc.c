@@ -271,9 +271,9 @@ static NOINLINE void *malloc_prof_miss(size_t size) {
 }
 
 static NOINLINE void *malloc_slow(size_t size) {
-  /* Cached classes above the lookup table (4-32 KiB): a hit pops the bin here, without
-   * ialloc's general path (wl_xthread: 3 of 4 mallocs are 4-16 KiB; they cost 110
-   * instructions there). A miss, or a thread without its cache, goes the long way. */
+  /* Cached classes above the lookup table (14-32 KiB): a hit pops the bin here, without
+   * ialloc's general path (wl_xthread's 16 KiB blocks; about 110 instructions there). A
+   * miss, or a thread without its cache, goes the long way. */
   if (size > SZ_LOOKUP_MAX && likely(strata_tsd.state == TSD_ACTIVE) && !strata_tsd.reentrant) {
     szind_t ind = likely(size <= SZ_LOOKUP_K_MAX) ? sz_lookup_k[(size - 1) >> 10] : sz_size2index_compute(size);
     if (ind < tcache_nbins) {
@@ -365,7 +365,7 @@ EXPORT void strata_free(void *p) {
  * alignment) must name the block's class, as nallocx would compute it. The fast path
  * compares the class the rtree entry gives with the size's class from the table it
  * already reads for malloc: one load and one compare more than free(). Everything else
- * (large blocks, aligned ones, sizes above 4 KiB) is checked on the slow path, where the
+ * (large blocks, aligned ones, sizes above 14 KiB) is checked on the slow path, where the
  * block's class is known from its lookup. A mismatch is reported with the address. */
 static NOINLINE void sized_free_slow(void *p, size_t size, size_t align, bool use_tcache,
                                      const char *func) {

@@ -194,13 +194,17 @@ HIDDEN extern void (*rtree_purge_test_hook)(void *pages, size_t n); /* unit test
 typedef unsigned szind_t;
 #define SZ_NSMALL 36
 #define SZ_SMALL_MAX ((size_t)14336)
-#define SZ_LOOKUP_MAX ((size_t)4096)
+/* The malloc fast path's size -> class table covers every small class (1,793 bytes): the
+ * 4-14 KiB classes popped their bins on malloc_slow, 43 instructions a call (wl_xthread,
+ * 3 of 4 mallocs; docs/design.md, issue 10 sixth round). Every class it names is a slab
+ * class, which the fast path's pop (tag word cleared, nmalloc counted) requires. */
+#define SZ_LOOKUP_MAX SZ_SMALL_MAX
 #define SZ_MIN_IND 2 /* 16 bytes */
 #define SZ_NCLASSES 229 /* index of 2^62, the largest class */
 #define SZ_MAX ((size_t)1 << 62)
 HIDDEN extern uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
-/* Classes above the table up to 32 KiB step by 1 KiB or more (5, 6, 7, 8, 10, ..., 32 KiB):
- * a second table at 1 KiB granularity, for malloc_slow's cached-class pop (wl_xthread). */
+/* Classes above the table up to 32 KiB (16, 20, 24, 28, 32 KiB) are multiples of 1 KiB: a
+ * second table at 1 KiB granularity, for malloc_slow's cached-class pop (wl_xthread). */
 #define SZ_LOOKUP_K_MAX ((size_t)32 << 10)
 HIDDEN extern uint8_t sz_lookup_k[SZ_LOOKUP_K_MAX >> 10];
 HIDDEN extern size_t sz_size[SZ_NCLASSES + 1];

@@ -5,7 +5,7 @@
 #include "internal.h"
 
 uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
-uint8_t sz_lookup_k[SZ_LOOKUP_K_MAX >> 10]; /* [(size - 1) >> 10], size in (4 KiB, 32 KiB] */
+uint8_t sz_lookup_k[SZ_LOOKUP_K_MAX >> 10]; /* [(size - 1) >> 10], size in (SZ_LOOKUP_MAX, 32 KiB] */
 uint8_t psz_floor_tab[PSZ_TAB_N], psz_ceil_tab[PSZ_TAB_N];
 size_t sz_size[SZ_NCLASSES + 1];
 bin_info_t bin_info[SZ_NSMALL + 1];

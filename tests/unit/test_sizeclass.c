@@ -28,6 +28,10 @@ static void test_kib_table_matches_computation(void) {
   }
   CHECK_EQ(sz_lookup_k[(SZ_LOOKUP_MAX + 1 - 1) >> 10], sz_size2index_compute(SZ_LOOKUP_MAX + 1));
   CHECK_EQ(sz_size[sz_lookup_k[(SZ_LOOKUP_K_MAX - 1) >> 10]], SZ_LOOKUP_K_MAX);
+  /* The malloc fast path pops what the first table names as a slab region: every class
+   * it names must be small, and it must cover every small class. */
+  CHECK_EQ(sz_lookup_read(SZ_LOOKUP_MAX), SZ_NSMALL);
+  CHECK(sz_size2index(SZ_LOOKUP_MAX + 1) > SZ_NSMALL);
 }
 
 /* The extent sets' bucket tables agree with the computation at every page count. */
