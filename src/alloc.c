@@ -624,6 +624,10 @@ static void idalloc_tc(tsd_t *tsd, void *p, tcache_t *tc) {
   tcache_push_slow(tsd, tc, ind, p);
 }
 
+/* User arenas' thread reserves serve classes up to 4 KiB (up to UR_BATCH regions each);
+ * larger ones go to the arena per call, as before the size table grew to 14 KiB. */
+#define UR_SIZE_MAX ((size_t)4096)
+
 static void *mallocx_impl(tsd_t *tsd, size_t size, int flags) {
   bool bad;
   arena_t *ar = flag_arena(flags, &bad, "mallocx");
@@ -631,7 +635,7 @@ static void *mallocx_impl(tsd_t *tsd, size_t size, int flags) {
   tcache_t *tc = flag_tcache(flags, "mallocx");
   size_t align = flag_align(flags);
   bool use_tcache = FLAG_TCACHE(flags) != 1;
-  if (ar != NULL && ar->user && align <= 8 && likely(size <= SZ_LOOKUP_MAX) && !tsd->in_hook &&
+  if (ar != NULL && ar->user && align <= 8 && likely(size <= UR_SIZE_MAX) && !tsd->in_hook &&
       !tsd->reentrant) {
     /* A user arena's small classes: the thread's reserve, checked against the arena's
      * generation, so a reset or destroy never lets a stale region out. */
@@ -683,7 +687,7 @@ EXPORT void *strata_mallocx(size_t size, int flags) {
    * thread's reserve for that arena, unless a reset or destroy made it stale. */
   ureserve_t *r = strata_tsd.ureserve;
   if (r != NULL && FLAG_ARENA(flags) == r->code && ((unsigned)flags & FLAG_RESERVE_MASK) == 0 &&
-      likely(size <= SZ_LOOKUP_MAX)) {
+      likely(size <= UR_SIZE_MAX)) {
     szind_t ind = sz_lookup_read(size);
     void *p = r->head[ind];
     /* (junk and zero never fill a reserve: see ureserve_refill) */
