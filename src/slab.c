@@ -356,23 +356,19 @@ void bin_dalloc_runs(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns) 
  * full slab whose bitmap cannot come back, anything that fails a check) and returns how
  * many it took; *pp is then that region (the caller's general path takes the rest and
  * reports what is wrong), else the link after the n-th. */
-uint32_t bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void **pp, uint32_t n) {
+/* The walk of bin_flush_local, under the bin lock. Every region is tested for a region
+ * start, power-of-two classes too: a cache link overwritten after a free can point into
+ * a region, which free()'s alignment test never saw. */
+static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szind_t rt_ind, void **pp, uint32_t n) {
   const bin_info_t *bi = &bin_info[ind];
   const uint64_t magic = bi->div_magic, size = bi->size, used = (uint64_t)bi->nregs * bi->size;
   const uintptr_t key = tcache_key;
   const unsigned id = a->ind + 1;
-  bin_t *bin = &a->bins[ind];
   void *p = *pp;
   edata_t *s = NULL;
   uint64_t *bm = NULL;
   uintptr_t base = 0;
-  uint32_t len = 0, done = 0;
-  /* A batch that starts in another arena's slab (remote frees) goes the general way
-   * without taking this bin's lock; the loop checks again under it. */
-  uint64_t e0 = rtree_read((uintptr_t)p);
-  if (!(e0 & RT_SLAB) || rt_edata(e0) == NULL || __atomic_load_n(&rt_edata(e0)->arena_id, __ATOMIC_RELAXED) != id)
-    return 0;
-  arena_tally(mtx_lock(&bin->lock));
+  uint32_t start = 0, done = 0; /* s's regions so far: done - start */
   for (; done < n; done++) {
     uint64_t diff = (uintptr_t)p - base;
     if (unlikely(diff >= used)) {
@@ -384,7 +380,7 @@ uint32_t bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void **pp, uin
       if (tbm == NULL && (tbm = slab_bitmap_regain(bin, ind, t)) == NULL) break;
       if (s != NULL) {
         uint32_t before = s->nfree;
-        s->nfree += len;
+        s->nfree += done - start;
         s->bm_hint = 0;
         slab_note_free(a, bin, bi, s, before);
       }
@@ -392,26 +388,37 @@ uint32_t bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void **pp, uin
       bm = tbm;
       base = t->addr;
       diff = (uintptr_t)p - base;
-      len = 0;
+      start = done;
     }
     uint64_t regind = (diff * magic) >> 32, bit = (uint64_t)1 << (regind % 64);
     if (unlikely(regind * size != diff || (bm[regind / 64] & bit))) break;
     bm[regind / 64] |= bit;
-    len++;
     p = (void *)(*(const uintptr_t *)p ^ key ^ (uintptr_t)p); /* checked as the next region, or by the caller */
   }
-  if (s != NULL && len != 0) {
+  if (s != NULL && done != start) {
     uint32_t before = s->nfree;
-    s->nfree += len;
+    s->nfree += done - start;
     s->bm_hint = 0;
     slab_note_free(a, bin, bi, s, before);
   }
+  *pp = p;
+  return done;
+}
+
+uint32_t bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void **pp, uint32_t n) {
+  bin_t *bin = &a->bins[ind];
+  /* A batch that starts in another arena's slab (remote frees) goes the general way
+   * without taking this bin's lock; the walk checks again under it. */
+  uint64_t e0 = rtree_read((uintptr_t)*pp);
+  if (!(e0 & RT_SLAB) || rt_edata(e0) == NULL || __atomic_load_n(&rt_edata(e0)->arena_id, __ATOMIC_RELAXED) != a->ind + 1)
+    return 0;
+  arena_tally(mtx_lock(&bin->lock));
+  uint32_t done = flush_local_walk(a, bin, ind, rt_ind, pp, n);
   bin->curregs -= done;
   bin->ndalloc += done;
   bin->nflushes++;
   mtx_unlock(&bin->lock);
   if (done) arena_maybe_purge(a);
-  *pp = p;
   return done;
 }
 
