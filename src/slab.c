@@ -416,7 +416,7 @@ uint32_t bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void **pp, uin
   uint32_t done = flush_local_walk(a, bin, ind, rt_ind, pp, n);
   bin->curregs -= done;
   bin->ndalloc += done;
-  bin->nflushes++;
+  bin->nflushes += done != 0;
   mtx_unlock(&bin->lock);
   if (done) arena_maybe_purge(a);
   return done;

@@ -221,6 +221,7 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
        * sixth round). */
       uint32_t done = bin_flush_local(tc->arena, ind, rt_ind, &p, n);
       if (done == n) {
+        if (unlikely(!link_plausible(p))) strata_heap_corruption(p, ind); /* as link_next's test */
         b->head = p;
         continue;
       }
