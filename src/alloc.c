@@ -323,10 +323,27 @@ EXPORT void *strata_malloc(size_t size) {
 
 static NOINLINE void free_slow(void *p, bool use_tcache) {
   if (p == NULL) return;
-  int saved = errno;
   szind_t ind;
   edata_t *ed = lookup_owned(p, &ind, "free");
-  idalloc(&strata_tsd, p, ed, ind, use_tcache);
+  tsd_t *tsd = &strata_tsd;
+  /* A cached large class (16-32 KiB: the page map gives them no class, so free() comes
+   * here) into a bin with room: idalloc's cache path without its other cases (wl_xthread:
+   * 1 in 8 frees; ~60 instructions less). Everything else goes through idalloc. */
+  if (ind > SZ_NSMALL && ind < tcache_nbins && use_tcache && likely(tsd->state == TSD_ACTIVE) && !tsd->reentrant &&
+      !tsd->in_hook && !__atomic_load_n(&prof_on, __ATOMIC_RELAXED) && !(opt.junk & JUNK_FREE) &&
+      ed->arena_id != GUARD_ARENA && !arena_ind_is_user(edata_arena_ind(ed))) {
+    tbin_t *b = &tsd->tcache->bins[ind];
+    if (likely(b->avail != 0)) {
+      tsd->deallocated += sz_size[ind];
+      LINK_SET(p, b->head);
+      b->head = p;
+      b->avail--;
+      if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
+      return;
+    }
+  }
+  int saved = errno;
+  idalloc(tsd, p, ed, ind, use_tcache);
   errno = saved;
 }
 
