@@ -359,9 +359,10 @@ typedef struct {
 } slab_run_t;
 /* Frees the runs whose slab belongs to arena a and clears their slab field. */
 HIDDEN void bin_dalloc_runs(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns);
-/* A cache's flush of n regions of arena a at *pp, checked and returned to the bitmaps in
- * one walk; stops at the first it does not take and returns the count (slab.c). */
-HIDDEN uint32_t bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void **pp, uint32_t n);
+/* A cache's flush of n regions of arena a from p, checked and returned to the bitmaps in
+ * one walk; stops at the first it does not take (returned; *done: how many it took), or
+ * returns the link after the n-th (slab.c). */
+HIDDEN void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, uint32_t n, uint32_t *done);
 /* Hands a chain of n validated regions (head..tail, linked through their first word) of
  * arena a's class ind over to that bin, in O(1) unless the bin holds too many already. */
 HIDDEN void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n);

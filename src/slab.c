@@ -353,9 +353,9 @@ void bin_dalloc_runs(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns) 
  * walked the chain twice, once to cut it into runs (tcache.c, flush_scan) and once to set
  * the bits (bin_dalloc_runs_locked): 50 instructions a region, a third of wl_halffree's
  * allocator time. Stops at the first region it does not take (another arena's slab, a
- * full slab whose bitmap cannot come back, anything that fails a check) and returns how
- * many it took; *pp is then that region (the caller's general path takes the rest and
- * reports what is wrong), else the link after the n-th. */
+ * full slab whose bitmap cannot come back, anything that fails a check), sets *done to
+ * how many it took and returns that region (the caller's general path takes the rest and
+ * reports what is wrong), else the link after the n-th (bin_flush_local, below). */
 /* The walk of bin_flush_local, under the bin lock. Every region is tested for a region
  * start, power-of-two classes too: a cache link overwritten after a free can point into
  * a region, which free()'s alignment test never saw. */
@@ -405,21 +405,23 @@ static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szi
   return done;
 }
 
-uint32_t bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void **pp, uint32_t n) {
+void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, uint32_t n, uint32_t *donep) {
   bin_t *bin = &a->bins[ind];
+  *donep = 0;
   /* A batch that starts in another arena's slab (remote frees) goes the general way
    * without taking this bin's lock; the walk checks again under it. */
-  uint64_t e0 = rtree_read((uintptr_t)*pp);
+  uint64_t e0 = rtree_read((uintptr_t)p);
   if (!(e0 & RT_SLAB) || rt_edata(e0) == NULL || __atomic_load_n(&rt_edata(e0)->arena_id, __ATOMIC_RELAXED) != a->ind + 1)
-    return 0;
+    return p;
   arena_tally(mtx_lock(&bin->lock));
-  uint32_t done = flush_local_walk(a, bin, ind, rt_ind, pp, n);
+  uint32_t done = flush_local_walk(a, bin, ind, rt_ind, &p, n);
   bin->curregs -= done;
   bin->ndalloc += done;
   bin->nflushes += done != 0;
   mtx_unlock(&bin->lock);
   if (done) arena_maybe_purge(a);
-  return done;
+  *donep = done;
+  return p;
 }
 
 /* Cut the chain at head (n regions) into runs of the same slab; returns the count. */

@@ -179,6 +179,44 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
   return sc;
 }
 
+/* n regions from p (the first n of bin b) back to their owners: scanned into runs of one
+ * slab and validated, then as a chain to the owner bin when all belong to one other arena,
+ * else to the bitmaps, one bin lock per owning arena. Sets b->head past them. */
+static inline __attribute__((always_inline)) void flush_batch(tbin_t *b, szind_t ind, szind_t rt_ind, void *p,
+                                                              uint32_t n, unsigned own) {
+  slab_run_t runs[FLUSH_BUF];
+  flush_scan_t sc = bin_info[ind].pow2 ? flush_scan(p, n, ind, rt_ind, runs, own, false)
+                                       : flush_scan(p, n, ind, rt_ind, runs, own, true);
+  b->head = link_next(sc.last, ind);
+  LINK_SET(sc.last, NULL);
+  if (sc.one_remote) {
+    /* Cross-thread frees: the chain goes to the owner bin as it is, one lock and no
+     * bitmap work per batch (double frees were caught by the tag at free()). */
+    bin_push_remote(arenas[sc.remote - 1], ind, p, sc.last, n);
+    return;
+  }
+  /* One bin lock per owning arena (usually one). */
+  for (unsigned r = 0; r < sc.nruns; r++) {
+    if (runs[r].slab) bin_dalloc_runs(arena_of(runs[r].slab), ind, runs, sc.nruns);
+  }
+}
+
+/* flush_batch for a thread that is not a consumer: regions of its own arena go back to
+ * their bitmaps in one walk (bin_flush_local), flush_batch takes whatever that walk stops
+ * at (docs/design.md, issue 10, sixth round). Out of line, so that a consumer's flushes
+ * (the producer/consumer figure) keep flush_batch's code as it was. */
+static NOINLINE void flush_batch_own(tcache_t *tc, tbin_t *b, szind_t ind, szind_t rt_ind, void *p, uint32_t n,
+                                     unsigned own) {
+  uint32_t done;
+  p = bin_flush_local(tc->arena, ind, rt_ind, p, n, &done);
+  if (done == n) {
+    if (unlikely(!link_plausible(p))) strata_heap_corruption(p, ind); /* as link_next's test */
+    b->head = p;
+    return;
+  }
+  flush_batch(b, ind, rt_ind, p, n - done, own);
+}
+
 /* Flush all but `keep` of bin ind, taking them from the head of the list. Each region is
  * validated against the rtree (a slab of this class and a region start; a large extent
  * of this class that starts at the pointer), then returned to its owner arena. rt_ind:
@@ -209,38 +247,16 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
       for (uint32_t i = 0; i < n; i++) arena_large_dalloc(eds[i]);
       continue;
     }
-    slab_run_t runs[FLUSH_BUF];
     /* A thread that frees far more of this class than it allocates (a consumer) frees
      * other threads' blocks: those go to their bin as a chain, as remote frees do, even
      * when it shares their arena (with arena_spread, threads share arenas until contention). */
     bool consumer = b->nmalloc < b->ndalloc / 4;
     unsigned own = tc->arena && !consumer ? tc->arena->ind + 1 : (unsigned)-1; /* an edata arena_id */
     if (own != (unsigned)-1) {
-      /* Regions of the thread's own arena go back to their bitmaps in one walk; the
-       * general path below takes whatever that walk stops at (docs/design.md, issue 10,
-       * sixth round). */
-      uint32_t done = bin_flush_local(tc->arena, ind, rt_ind, &p, n);
-      if (done == n) {
-        if (unlikely(!link_plausible(p))) strata_heap_corruption(p, ind); /* as link_next's test */
-        b->head = p;
-        continue;
-      }
-      n -= done;
-    }
-    flush_scan_t sc = bin_info[ind].pow2 ? flush_scan(p, n, ind, rt_ind, runs, own, false)
-                                         : flush_scan(p, n, ind, rt_ind, runs, own, true);
-    b->head = link_next(sc.last, ind);
-    LINK_SET(sc.last, NULL);
-    if (sc.one_remote) {
-      /* Cross-thread frees: the chain goes to the owner bin as it is, one lock and no
-       * bitmap work per batch (double frees were caught by the tag at free()). */
-      bin_push_remote(arenas[sc.remote - 1], ind, p, sc.last, n);
+      flush_batch_own(tc, b, ind, rt_ind, p, n, own);
       continue;
     }
-    /* One bin lock per owning arena (usually one). */
-    for (unsigned r = 0; r < sc.nruns; r++) {
-      if (runs[r].slab) bin_dalloc_runs(arena_of(runs[r].slab), ind, runs, sc.nruns);
-    }
+    flush_batch(b, ind, rt_ind, p, n, own);
   }
 }
 

@@ -256,6 +256,13 @@ static void *chain_of(void **buf, unsigned n) {
   return buf[0];
 }
 
+/* bin_flush_local as the cache calls it: *pp moves on; returns how many it took. */
+static uint32_t flush_local(arena_t *ar, szind_t ind, void **pp, uint32_t n) {
+  uint32_t done;
+  *pp = bin_flush_local(ar, ind, ind, *pp, n, &done);
+  return done;
+}
+
 /* A cache's flush of its own arena's regions (bin_flush_local, tcache.c's flush): every
  * region's bit is set in one walk, slabs left empty leave the bin (only the current one
  * and a spare stay), and the walk stops, taking nothing more, at a region of another
@@ -276,7 +283,7 @@ static void test_flush_local_takes_own_regions_and_stops_at_others(void) {
   for (unsigned i = 0; i < n; i += 2) order[k++] = buf[i];
   for (unsigned i = 1; i < n; i += 2) order[k++] = buf[i];
   void *p = chain_of(order, n);
-  CHECK_EQ(bin_flush_local(a, ind, ind, &p, n), n);
+  CHECK_EQ(flush_local(a, ind, &p, n), n);
   CHECK(p == NULL);
   CHECK_EQ(bin->curregs, curregs - n);
   CHECK(bin->curslabs <= 2); /* the current slab and one spare */
@@ -297,7 +304,7 @@ static void test_flush_local_takes_own_regions_and_stops_at_others(void) {
   if (b != NULL) {
     void *c[4] = {mine[0], mine[1], theirs, mine[2]};
     p = chain_of(c, 4);
-    CHECK_EQ(bin_flush_local(a, ind, ind, &p, 4), 2);
+    CHECK_EQ(flush_local(a, ind, &p, 4), 2);
     CHECK(p == theirs);
     CHECK_EQ(bin->curregs, curregs - 2);
     bin_dalloc_batch(b, ind, &theirs, 1);
@@ -305,21 +312,21 @@ static void test_flush_local_takes_own_regions_and_stops_at_others(void) {
   } else {
     void *c[2] = {mine[0], mine[1]};
     p = chain_of(c, 2);
-    CHECK_EQ(bin_flush_local(a, ind, ind, &p, 2), 2);
+    CHECK_EQ(flush_local(a, ind, &p, 2), 2);
     curregs -= 2;
   }
   void *twice[3] = {mine[3], mine[0], mine[4]}; /* mine[0] went back above */
   p = chain_of(twice, 3);
-  CHECK_EQ(bin_flush_local(a, ind, ind, &p, 3), 1);
+  CHECK_EQ(flush_local(a, ind, &p, 3), 1);
   CHECK(p == mine[0]);
   void *inner[2] = {mine[5], (char *)mine[6] + 16};
   LINK_SET(inner[0], inner[1]);
   p = inner[0];
-  CHECK_EQ(bin_flush_local(a, ind, ind, &p, 2), 1);
+  CHECK_EQ(flush_local(a, ind, &p, 2), 1);
   CHECK(p == inner[1]);
   void *mixed[2] = {mine[7], cls};
   p = chain_of(mixed, 2);
-  CHECK_EQ(bin_flush_local(a, ind, ind, &p, 2), 1);
+  CHECK_EQ(flush_local(a, ind, &p, 2), 1);
   CHECK(p == cls);
   CHECK_EQ(bin->curregs, curregs - 3);
   bin_dalloc_batch(a, ind, &mine[2], 1);
