@@ -167,7 +167,7 @@ static void eset_insert(eset_t *es, edata_t *e) {
   sassert(e->size > 0 && e->size % os_page == 0 && e->addr % os_page == 0);
   sassert(e->state == ES_DIRTY || e->state == ES_MUZZY || e->state == ES_RETAINED);
   size_t np = e->size / os_page;
-  unsigned b = psz_floor(np);
+  unsigned b = psz_floor_fast(np);
   e->bucket = (uint8_t)b;
   ph_insert(&es->heaps[b], &e->ph);
   es->nonempty[b / 64] |= (uint64_t)1 << (b % 64);
@@ -188,7 +188,7 @@ static void eset_remove(eset_t *es, edata_t *e) {
 }
 
 static edata_t *eset_fit(eset_t *es, size_t np) {
-  unsigned f = psz_floor(np), c = psz_ceil(np);
+  unsigned f = psz_floor_fast(np), c = psz_ceil_fast(np);
   /* The lowest extent of the floor bucket may fit exactly: cheap to check. */
   if (f != c && es->heaps[f] && ph_edata(es->heaps[f])->size / os_page >= np) return ph_edata(es->heaps[f]);
   for (unsigned w = c / 64; w < (PSZ_N + 63) / 64; w++) {

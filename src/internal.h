@@ -194,11 +194,19 @@ HIDDEN extern void (*rtree_purge_test_hook)(void *pages, size_t n); /* unit test
 typedef unsigned szind_t;
 #define SZ_NSMALL 36
 #define SZ_SMALL_MAX ((size_t)14336)
-#define SZ_LOOKUP_MAX ((size_t)4096)
+/* The malloc fast path's size -> class table covers every small class (1,793 bytes): the
+ * 4-14 KiB classes popped their bins on malloc_slow, 43 instructions a call (wl_xthread,
+ * 3 of 4 mallocs; docs/design.md, issue 10 sixth round). Every class it names is a slab
+ * class, which the fast path's pop (tag word cleared, nmalloc counted) requires. */
+#define SZ_LOOKUP_MAX SZ_SMALL_MAX
 #define SZ_MIN_IND 2 /* 16 bytes */
 #define SZ_NCLASSES 229 /* index of 2^62, the largest class */
 #define SZ_MAX ((size_t)1 << 62)
 HIDDEN extern uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
+/* Classes above the table up to 32 KiB (16, 20, 24, 28, 32 KiB) are multiples of 1 KiB: a
+ * second table at 1 KiB granularity, for malloc_slow's cached-class pop (wl_xthread). */
+#define SZ_LOOKUP_K_MAX ((size_t)32 << 10)
+HIDDEN extern uint8_t sz_lookup_k[SZ_LOOKUP_K_MAX >> 10];
 HIDDEN extern size_t sz_size[SZ_NCLASSES + 1];
 
 typedef struct {
@@ -228,6 +236,12 @@ HIDDEN size_t sz_sa2u(size_t size, size_t align);
 HIDDEN unsigned psz_floor(size_t npages);
 HIDDEN unsigned psz_ceil(size_t npages);
 HIDDEN size_t psz_pages(unsigned idx); /* smallest page count of bucket idx */
+/* psz_floor and psz_ceil of page counts below PSZ_TAB_N by table (sizeclass.c): slabs
+ * and most large blocks; the extent sets look both up on every insert and fit. */
+#define PSZ_TAB_N 512
+HIDDEN extern uint8_t psz_floor_tab[PSZ_TAB_N], psz_ceil_tab[PSZ_TAB_N];
+static inline unsigned psz_floor_fast(size_t np) { return np < PSZ_TAB_N ? psz_floor_tab[np] : psz_floor(np); }
+static inline unsigned psz_ceil_fast(size_t np) { return np < PSZ_TAB_N ? psz_ceil_tab[np] : psz_ceil(np); }
 
 /* ------------------------------------------------------------------ extent.c */
 /* A pairing heap keyed by address: lowest address first, O(1) insert. */
@@ -346,6 +360,10 @@ typedef struct {
 } slab_run_t;
 /* Frees the runs whose slab belongs to arena a and clears their slab field. */
 HIDDEN void bin_dalloc_runs(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns);
+/* A cache's flush of n regions of arena a from p, checked and returned to the bitmaps in
+ * one walk; stops at the first it does not take (returned; *done: how many it took), or
+ * returns the link after the n-th (slab.c). */
+HIDDEN void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, uint32_t n, uint32_t *done);
 /* Hands a chain of n validated regions (head..tail, linked through their first word) of
  * arena a's class ind over to that bin, in O(1) unless the bin holds too many already. */
 HIDDEN void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n);

@@ -249,6 +249,93 @@ static void test_bitmap_pool_exhausted_never_fails_a_free(void) {
   CHECK_EQ(bin->curregs, 0);
 }
 
+/* Links buf[0..n) into a cache-style chain (each link encoded with its slot's tag). */
+static void *chain_of(void **buf, unsigned n) {
+  for (unsigned i = 0; i + 1 < n; i++) LINK_SET(buf[i], buf[i + 1]);
+  LINK_SET(buf[n - 1], NULL);
+  return buf[0];
+}
+
+/* bin_flush_local as the cache calls it: *pp moves on; returns how many it took. */
+static uint32_t flush_local(arena_t *ar, szind_t ind, void **pp, uint32_t n) {
+  uint32_t done;
+  *pp = bin_flush_local(ar, ind, ind, *pp, n, &done);
+  return done;
+}
+
+/* A cache's flush of its own arena's regions (bin_flush_local, tcache.c's flush): every
+ * region's bit is set in one walk, slabs left empty leave the bin (only the current one
+ * and a spare stay), and the walk stops, taking nothing more, at a region of another
+ * arena, a region freed twice, an interior pointer or another class's region, so that
+ * the general path behind it reports or routes that one. */
+static void test_flush_local_takes_own_regions_and_stops_at_others(void) {
+  szind_t ind = sz_size2index(64), other = sz_size2index(128);
+  unsigned per = bin_info[ind].nregs;
+  bin_t *bin = &a->bins[ind];
+  static void *buf[4 * 1024 + 8];
+  CHECK(4 * per <= 4 * 1024);
+  unsigned n = bin_fill(a, ind, buf, 4 * per);
+  CHECK_EQ(n, 4 * per);
+  size_t curregs = bin->curregs;
+  /* Every other region first (the half-free pattern: each slab is met twice). */
+  static void *order[4 * 1024 + 8];
+  unsigned k = 0;
+  for (unsigned i = 0; i < n; i += 2) order[k++] = buf[i];
+  for (unsigned i = 1; i < n; i += 2) order[k++] = buf[i];
+  void *p = chain_of(order, n);
+  CHECK_EQ(flush_local(a, ind, &p, n), n);
+  CHECK(p == NULL);
+  CHECK_EQ(bin->curregs, curregs - n);
+  CHECK(bin->curslabs <= 2); /* the current slab and one spare */
+  for (unsigned i = 0; i < n; i++) {
+    edata_t *s = slab_of(buf[i]);
+    if (s == NULL) continue; /* released to the extents */
+    uint64_t regind = ((uintptr_t)buf[i] - s->addr) / sz_size[ind];
+    CHECK(s->bitmap != NULL && (s->bitmap[regind / 64] >> (regind % 64) & 1));
+  }
+
+  /* Stops: another arena's region, a double free, an interior pointer, another class. */
+  void *mine[8], *theirs = NULL, *cls;
+  CHECK_EQ(bin_fill(a, ind, mine, 8), 8);
+  arena_t *b = narenas > 1 ? arena_get(narenas - 2) : NULL;
+  if (b != NULL) CHECK_EQ(bin_fill(b, ind, &theirs, 1), 1);
+  CHECK_EQ(bin_fill(a, other, &cls, 1), 1);
+  curregs = bin->curregs;
+  if (b != NULL) {
+    void *c[4] = {mine[0], mine[1], theirs, mine[2]};
+    p = chain_of(c, 4);
+    CHECK_EQ(flush_local(a, ind, &p, 4), 2);
+    CHECK(p == theirs);
+    CHECK_EQ(bin->curregs, curregs - 2);
+    bin_dalloc_batch(b, ind, &theirs, 1);
+    curregs -= 2;
+  } else {
+    void *c[2] = {mine[0], mine[1]};
+    p = chain_of(c, 2);
+    CHECK_EQ(flush_local(a, ind, &p, 2), 2);
+    curregs -= 2;
+  }
+  void *twice[3] = {mine[3], mine[0], mine[4]}; /* mine[0] went back above */
+  p = chain_of(twice, 3);
+  CHECK_EQ(flush_local(a, ind, &p, 3), 1);
+  CHECK(p == mine[0]);
+  void *inner[2] = {mine[5], (char *)mine[6] + 16};
+  LINK_SET(inner[0], inner[1]);
+  p = inner[0];
+  CHECK_EQ(flush_local(a, ind, &p, 2), 1);
+  CHECK(p == inner[1]);
+  void *mixed[2] = {mine[7], cls};
+  p = chain_of(mixed, 2);
+  CHECK_EQ(flush_local(a, ind, &p, 2), 1);
+  CHECK(p == cls);
+  CHECK_EQ(bin->curregs, curregs - 3);
+  bin_dalloc_batch(a, ind, &mine[2], 1);
+  bin_dalloc_batch(a, ind, &mine[4], 1); /* behind the stop: never reached */
+  bin_dalloc_batch(a, ind, &mine[6], 1);
+  bin_dalloc_batch(a, other, &cls, 1);
+  CHECK_EQ(bin->curregs, 0);
+}
+
 /* Threads fill and free regions of one bin at once, each freeing blocks another thread
  * took (slabs fill up, drop their bitmaps and regain them under contention): every
  * region handed out is distinct and untouched by others, and the bin ends balanced. */
@@ -407,6 +494,7 @@ int main(void) {
   RUN(test_empty_slabs_return_to_extents);
   RUN(test_double_and_interior_frees_abort);
   RUN(test_full_slab_drops_bitmap_and_regains_it);
+  RUN(test_flush_local_takes_own_regions_and_stops_at_others);
   RUN(test_bad_frees_into_full_slab_abort);
   RUN(test_bitmap_pool_exhausted_never_fails_a_free);
   RUN(test_bitmap_blocks_fit_their_bitmaps);
