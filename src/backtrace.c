@@ -547,8 +547,38 @@ static NOINLINE __attribute__((noclone)) void bt_unwind(bt_state_t *s, int mode)
   __asm__ volatile(""); /* no tail call: the same frames whichever unwinder runs */
 }
 
+/* Fork safety. Both unwinders call dl_iterate_phdr, which holds the loader's
+ * dl_load_write_lock while it runs; glibc's fork does not take that lock, so a fork while
+ * another thread unwinds leaves it held for ever in the child, whose first sample then
+ * hangs (prof_stress's fork test did, about 1 run in 8). Every unwind holds bt_lock, and
+ * fork's prepare handler takes it last (bt_prefork, after every other strata lock): it is
+ * a leaf, nothing is locked under it but the loader's and libgcc's own locks, so a
+ * thread that holds it always finishes. Unwinds are rare (samples), so serialising them
+ * costs nothing that dl_iterate_phdr's own lock did not already. */
+static mtx_t bt_lock = MTX_INITIALIZER;
+void bt_prefork(void) { mtx_lock(&bt_lock); }
+void bt_postfork(bool child) {
+  if (child)
+    mtx_init(&bt_lock);
+  else
+    mtx_unlock(&bt_lock);
+}
+
+/* A signal handler that unwinds (guard_free's report of a free in the handler, a test's
+ * handler) while its thread is inside an unwind, or waiting for bt_lock, must not wait on
+ * itself: bt_busy is set before the lock is taken, and such a nested unwind runs without
+ * it (the loader's lock is recursive; only a fork during that rare nested unwind is
+ * unguarded, as every unwind was before bt_lock). */
+static __thread bool bt_busy __attribute__((tls_model("initial-exec")));
+
 static inline unsigned bt_collect(uintptr_t *frames, unsigned max, int mode) {
   if (max == 0) return 0;
+  bool nested = bt_busy;
+  if (!nested) {
+    bt_busy = true;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    mtx_lock(&bt_lock);
+  }
   if (!__atomic_load_n(&self_known, __ATOMIC_ACQUIRE)) {
     dl_iterate_phdr(self_cb, (void *)(uintptr_t)&strata_backtrace); /* idempotent */
     __atomic_store_n(&self_known, true, __ATOMIC_RELEASE);
@@ -556,6 +586,14 @@ static inline unsigned bt_collect(uintptr_t *frames, unsigned max, int mode) {
   bt_state_t s = {frames, 0, max, true, false, __atomic_load_n(&self_lo, __ATOMIC_RELAXED),
                   __atomic_load_n(&self_hi, __ATOMIC_RELAXED)};
   bt_unwind(&s, mode);
+  /* Opaque here, so that no compiler threads the two tests of nested into two copies of
+   * the call above: both unwinders must return through one call site (bt_unwind's). */
+  __asm__ volatile("" : "+r"(nested));
+  if (!nested) {
+    mtx_unlock(&bt_lock);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    bt_busy = false;
+  }
   return s.n;
 }
 

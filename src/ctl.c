@@ -18,7 +18,21 @@ static void mutex_read(const mtx_t *m, ctl_mutex_stats_t *o) {
   *o = (ctl_mutex_stats_t){.num_ops = m->n_lock_ops, .num_wait = m->n_wait, .num_spin_acq = m->n_spin};
 }
 
+/* Snapshot records are 19 KiB, mostly zeros (bins never used, extent buckets never filled):
+ * clearing and summing them store only words that change, so that their pages a program's
+ * statistics reads never need (Redis's cron) stay untouched, as in .bss or fresh metadata
+ * (s5-redisrss). */
+static void snap_zero(void *p, size_t bytes) { /* bytes: a multiple of 8 (the records' alignment) */
+  unsigned char *c = p;
+  for (size_t i = 0; i + 8 <= bytes; i += 8) {
+    uint64_t w;
+    memcpy(&w, c + i, 8);
+    if (w != 0) memset(c + i, 0, 8);
+  }
+}
+
 static void mutex_add(ctl_mutex_stats_t *a, const ctl_mutex_stats_t *b) {
+  if (b->num_ops == 0 && b->max_num_thds == 0) return; /* never locked: all zero */
   a->num_ops += b->num_ops;
   a->num_wait += b->num_wait;
   a->num_spin_acq += b->num_spin_acq;
@@ -40,9 +54,10 @@ static ctl_global_stats_t snap_global;
 static ctl_arena_stats_t snap_merged, snap_destroyed;
 static ctl_arena_stats_t **snap_arenas; /* [ARENAS_MAX], records from meta_alloc as arenas appear */
 /* stats.mutexes.<name>, in the order of the table's rows */
-enum { GM_CTL, GM_ARENAS, GM_TCACHE_LIST, GM_BASE, GM_RTREE, GM_BG, GM_N };
+enum { GM_CTL, GM_ARENAS, GM_TCACHE_LIST, GM_BASE, GM_RTREE, GM_BG, GM_PROF, GM_N };
 static ctl_mutex_stats_t snap_gmutex[GM_N];
-static mtx_t *const gmutex[GM_N] = {&ctl_lock, &arenas_lock, &tcache_list_lock, &meta_lock, &rtree_lock, &bg_lock};
+static mtx_t *const gmutex[GM_N] = {&ctl_lock, &arenas_lock, &tcache_list_lock, &meta_lock, &rtree_lock, &bg_lock,
+                                          &prof_lock};
 
 uint64_t stats_zero_reallocs;
 
@@ -60,6 +75,8 @@ static ctl_arena_stats_t *snap_arena(size_t i) {
   if (snap_arenas == NULL || i >= ctl_narenas_total()) return NULL;
   return snap_arenas[i];
 }
+
+const void *ctl_snap_record(size_t i) { return snap_arenas && i < ARENAS_MAX ? snap_arenas[i] : NULL; }
 
 bool ctl_arena_present(size_t i) {
   if (i == CTL_ARENAS_ALL || i == CTL_ARENAS_DESTROYED) return true;
@@ -89,7 +106,7 @@ __attribute__((no_sanitize("thread"))) static void snap_tcaches(void) {
 }
 
 static void snap_read_arena(arena_t *a, ctl_arena_stats_t *s) {
-  memset(s, 0, sizeof(*s));
+  snap_zero(s, sizeof(*s));
   s->initialized = true;
   s->nthreads = __atomic_load_n(&a->nthreads, __ATOMIC_RELAXED);
   uint64_t used = __atomic_load_n(&a->bins_used, __ATOMIC_ACQUIRE);
@@ -125,18 +142,20 @@ static void snap_read_arena(arena_t *a, ctl_arena_stats_t *s) {
   s->large.allocated = a->large_allocated;
   s->large.nmalloc = a->nlarge_malloc;
   s->large.ndalloc = a->nlarge_dalloc;
+#define SETNZ(f, v) do { if ((v) != 0) (f) = (v); } while (0) /* s is all zeros here */
   for (unsigned j = 0; j < CTL_NLEXT; j++) {
-    s->lext[j].nmalloc = a->lext_nmalloc[j];
-    s->lext[j].ndalloc = a->lext_ndalloc[j];
+    SETNZ(s->lext[j].nmalloc, a->lext_nmalloc[j]);
+    SETNZ(s->lext[j].ndalloc, a->lext_ndalloc[j]);
   }
   for (unsigned j = 0; j < PSZ_N; j++) {
-    s->ext[j].ndirty = a->dirty.nextents[j];
-    s->ext[j].dirty_bytes = a->dirty.bpages[j] * os_page;
-    s->ext[j].nretained = a->retained.nextents[j];
-    s->ext[j].retained_bytes = a->retained.bpages[j] * os_page;
-    s->ext[j].nmuzzy = a->muzzy.nextents[j];
-    s->ext[j].muzzy_bytes = a->muzzy.bpages[j] * os_page;
+    SETNZ(s->ext[j].ndirty, a->dirty.nextents[j]);
+    SETNZ(s->ext[j].dirty_bytes, a->dirty.bpages[j] * os_page);
+    SETNZ(s->ext[j].nretained, a->retained.nextents[j]);
+    SETNZ(s->ext[j].retained_bytes, a->retained.bpages[j] * os_page);
+    SETNZ(s->ext[j].nmuzzy, a->muzzy.nextents[j]);
+    SETNZ(s->ext[j].muzzy_bytes, a->muzzy.bpages[j] * os_page);
   }
+#undef SETNZ
   mutex_read(&a->elock, &s->mutexes[0]);
   mtx_unlock(&a->elock);
 }
@@ -151,11 +170,12 @@ static void snap_finish(ctl_arena_stats_t *s) {
     s->small.ndalloc += o->ndalloc;
     s->small.nfills += o->nfills;
     s->small.nflushes += o->nflushes;
-    o->nrequests += o->nmalloc; /* cache hits (added by snap_tcaches) plus fills */
+    if (o->nmalloc) o->nrequests += o->nmalloc; /* cache hits (added by snap_tcaches) plus fills */
     s->small.nrequests += o->nrequests;
   }
   for (unsigned j = 0; j < CTL_NLEXT; j++) {
     ctl_lext_stats_t *l = &s->lext[j];
+    if (l->nmalloc == 0 && l->nrequests == 0) continue; /* never used: all zero */
     l->nrequests = l->nmalloc;
     l->curlextents = (size_t)(l->nmalloc - l->ndalloc);
   }
@@ -167,7 +187,7 @@ static void snap_add(ctl_arena_stats_t *m, const ctl_arena_stats_t *s) {
   m->initialized = true;
   m->nthreads += s->nthreads;
   if (m->uptime < s->uptime) m->uptime = s->uptime;
-#define ADD(f) m->f += s->f
+#define ADD(f) do { if (s->f) m->f += s->f; } while (0)
   ADD(pactive); ADD(pdirty); ADD(pmuzzy); ADD(mapped); ADD(retained); ADD(tcache_bytes);
   ADD(dirty_npurge); ADD(dirty_nmadvise); ADD(dirty_purged);
   ADD(large.allocated); ADD(large.nmalloc); ADD(large.ndalloc);
@@ -207,7 +227,7 @@ void ctl_refresh(void) {
     mutex_read(gmutex[g], &snap_gmutex[g]);
     if (g != GM_CTL) mtx_unlock(gmutex[g]);
   }
-  memset(&snap_merged, 0, sizeof(snap_merged));
+  snap_zero(&snap_merged, sizeof(snap_merged));
   for (size_t i = 0; i < n; i++) {
     if (snap_arenas[i] == NULL || !snap_arenas[i]->initialized) continue;
     snap_finish(snap_arenas[i]);
@@ -712,6 +732,7 @@ static const ctl_node_t n_gmutexes[] = {
     DIR("ctl", n_gmutex_fields), DIR("arenas", n_gmutex_fields), DIR("tcache_list", n_gmutex_fields),
     DIR("base", n_gmutex_fields), DIR("rtree", n_gmutex_fields),
     DIR("background_thread", n_gmutex_fields), /* bg_lock: creating, toggling, joining the threads */
+    DIR("prof", n_gmutex_fields),              /* prof_lock: samples, sampled frees, dumps' copies */
     LEAF_H("reset", CT_VOID, h_mutexes_reset, F_NOPRINT, "zero every mutex profile"), END};
 static const ctl_node_t n_sbin_j_kids[] = {
     LEAF_B("nmalloc", CT_U64, nmalloc, C, "regions taken from the bin"),

@@ -102,6 +102,7 @@ HIDDEN int ctl_by_mib(const size_t *mib, size_t miblen, void *oldp, size_t *oldl
 HIDDEN const ctl_node_t *ctl_node_of(const size_t *mib, size_t miblen);
 HIDDEN int ctl_value(const ctl_node_t *leaf, const size_t *mib, size_t miblen, ctl_value_t *v);
 HIDDEN void ctl_refresh(void); /* "epoch": take a new snapshot */
+HIDDEN const void *ctl_snap_record(size_t ind); /* unit tests: arena ind's ctl_arena_stats_t */
 HIDDEN bool ctl_arena_present(size_t i); /* snapshot holds arena i (or 4096 / 4097) */
 HIDDEN size_t ctl_narenas_total(void);   /* ordinary arenas plus the oversize arena */
 

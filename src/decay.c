@@ -230,6 +230,11 @@ void arena_maybe_purge(arena_t *a) {
      * over the cap, or decay time 0. */
     if (!bg || a->dirty.npages > dirty_cap(a) || decay_ms(&a->ddecay) == 0) decay_arena_locked(a);
   }
+  if (a->frag_purge) { /* fresh pages taken beside fragmented dirty ones (extent.c) */
+    size_t n = a->frag_purge;
+    a->frag_purge = 0;
+    extent_purge(a, ES_DIRTY, a->dirty.npages > n ? a->dirty.npages - n : 0, decay_ms(&a->mdecay) != 0);
+  }
   mtx_unlock(&a->elock);
   if (bg) bg_wake(a);
 }

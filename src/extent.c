@@ -167,11 +167,12 @@ static void eset_insert(eset_t *es, edata_t *e) {
   sassert(e->size > 0 && e->size % os_page == 0 && e->addr % os_page == 0);
   sassert(e->state == ES_DIRTY || e->state == ES_MUZZY || e->state == ES_RETAINED);
   size_t np = e->size / os_page;
-  unsigned b = psz_floor(np);
+  unsigned b = psz_floor_fast(np);
   e->bucket = (uint8_t)b;
   ph_insert(&es->heaps[b], &e->ph);
   es->nonempty[b / 64] |= (uint64_t)1 << (b % 64);
-  es->npages += np;
+  /* Written atomically (under the elock) so that extent_steal may read it without it. */
+  __atomic_store_n(&es->npages, es->npages + np, __ATOMIC_RELAXED);
   es->nextents[b]++;
   es->bpages[b] += np;
 }
@@ -181,13 +182,13 @@ static void eset_remove(eset_t *es, edata_t *e) {
   sassert(es->heaps[b] != NULL && es->npages >= e->size / os_page);
   ph_remove(&es->heaps[b], &e->ph);
   if (es->heaps[b] == NULL) es->nonempty[b / 64] &= ~((uint64_t)1 << (b % 64));
-  es->npages -= e->size / os_page;
+  __atomic_store_n(&es->npages, es->npages - e->size / os_page, __ATOMIC_RELAXED);
   es->nextents[b]--;
   es->bpages[b] -= e->size / os_page;
 }
 
 static edata_t *eset_fit(eset_t *es, size_t np) {
-  unsigned f = psz_floor(np), c = psz_ceil(np);
+  unsigned f = psz_floor_fast(np), c = psz_ceil_fast(np);
   /* The lowest extent of the floor bucket may fit exactly: cheap to check. */
   if (f != c && es->heaps[f] && ph_edata(es->heaps[f])->size / os_page >= np) return ph_edata(es->heaps[f]);
   for (unsigned w = c / 64; w < (PSZ_N + 63) / 64; w++) {
@@ -410,6 +411,72 @@ static bool commit_or_purge(arena_t *a, size_t size) {
   return true;
 }
 
+/* Cross-arena reuse (issue 10, fifth round). Each ordinary arena keeps the dirty (and
+ * muzzy) pages its slabs and large blocks leave, and reused only those; with every thread
+ * on its own arena the arenas together held far more free resident pages than any one
+ * needed (wl_xthread: 16 MiB dirty at the peak spread over 8 arenas while others faulted
+ * in fresh pages). An ordinary arena that needs pages and has none of its own that fit
+ * now takes np pages from another ordinary arena's dirty or muzzy set before it touches retained
+ * memory: the lowest np pages of that arena's best fit move to this arena (edata, page
+ * map boundaries, mapped bytes) and join its set, where the caller finds them. Only
+ * arenas whose elock is free are asked (trylock: a's elock is held, and waiting for a
+ * second arena's could deadlock), so no thread waits on another arena. User arenas,
+ * hooked arenas and the oversize arena neither give nor take: their pages may come from
+ * another source or have their own reuse rules. Returns the state of the pages that
+ * came (ES_DIRTY or ES_MUZZY), ES_ACTIVE if none. */
+uint64_t extent_nsteals; /* atomic: stats, and the unit test's witness */
+static unsigned extent_steal(arena_t *a, size_t np) {
+  unsigned n = narenas;
+  for (unsigned k = 1; k < n; k++) {
+    arena_t *o = __atomic_load_n(&arenas[(a->ind + k) % n], __ATOMIC_ACQUIRE);
+    if (o == NULL || o->user || o->huge || arena_hooks(o) != NULL) continue;
+    /* Not even enough pages: no lock (a growing program's arenas mostly have none). */
+    if (__atomic_load_n(&o->dirty.npages, __ATOMIC_RELAXED) < np &&
+        __atomic_load_n(&o->muzzy.npages, __ATOMIC_RELAXED) < np)
+      continue;
+    if (pthread_mutex_trylock(&o->elock.m) != 0) continue;
+    /* Its dirty pages first (resident for sure), then its muzzy ones: one trylock each. */
+    unsigned state = ES_DIRTY;
+    eset_t *oes = &o->dirty;
+    edata_t *f = oes->npages >= np ? eset_fit(oes, np) : NULL;
+    if (f == NULL && o->muzzy.npages >= np) {
+      state = ES_MUZZY;
+      oes = &o->muzzy;
+      f = eset_fit(oes, np);
+    }
+    edata_t *e = f != NULL ? edata_get(a) : NULL;
+    if (e == NULL) {
+      mtx_unlock(&o->elock);
+      if (f != NULL) return ES_ACTIVE; /* no edata: the caller's own path will fail alike */
+      continue;
+    }
+    size_t size = np * os_page;
+    eset_remove(oes, f);
+    e->addr = f->addr;
+    e->size = size;
+    e->zeroed = f->zeroed;
+    e->committed = f->committed;
+    if (f->size > size) { /* the rest stays the other arena's, at its age in the purge order */
+      f->addr += size;
+      f->size -= size;
+      extent_register(f, 0, false);
+      eset_insert(oes, f);
+    } else {
+      lru_remove(oes, f);
+      edata_put(o, f);
+    }
+    o->mapped -= size;
+    a->mapped += size;
+    /* e's boundaries now name this arena's edata: o, which holds its lock only while
+     * reading them, sees another arena's id there and does not merge with it. */
+    extent_insert_free(a, e, state);
+    mtx_unlock(&o->elock);
+    __atomic_fetch_add(&extent_nsteals, 1, __ATOMIC_RELAXED);
+    return state;
+  }
+  return ES_ACTIVE;
+}
+
 /* The oversize arena, when no dirty extent is big enough for `size`: the request is
  * built from dirty extents' resident pages moved with mremap (page-table moves: no fault
  * and no zeroing), so a loop of huge blocks of varying sizes faults in only what its
@@ -506,6 +573,35 @@ static edata_t *extent_gather_dirty(arena_t *a, size_t size) {
   return d;
 }
 
+/* Fragmented dirty pages give way to fresh ones (issue 10, sixth round). An arena that
+ * holds np dirty pages or more, none of which fit a request of np pages (nor did any
+ * other arena's, see extent_steal), is about to fault in np fresh pages beside them. Its
+ * dirty pages are then fragments between live blocks: while every arena's dirty pages
+ * together are FRAG_DIRTY_DIV-th or more of the resident pages, the arena's oldest np
+ * dirty pages are purged once the caller has unlocked, so its resident memory stays where
+ * it was instead of growing by np. wl_nativethreads (100 threads, blocks of 16 B..256
+ * KiB) faulted in 34-46 MiB per run, 90% of it for requests that found enough dirty pages,
+ * in pieces (docs/design.md, "sixth round"). Below the share, fragments are kept for
+ * later small requests: purges and refaults would cost time for nothing (wl_drift,
+ * wl_halffree and wl_xthread take fresh pages with dirty pages under an eighth of
+ * resident, nearly always). Decay disabled (dirty_decay_ms -1) means keep them. */
+#define FRAG_DIRTY_DIV 8
+uint64_t extent_nfrag_purges; /* atomic: the decisions; the unit tests' witness */
+static void extent_purge_fragments(arena_t *a, size_t np) {
+  if (a->dirty.npages < np || decay_ms(&a->ddecay) < 0) return;
+  size_t dirty = 0, resident = __atomic_load_n(&extent_resident_pages, __ATOMIC_RELAXED);
+  for (unsigned i = 0; i < narenas; i++) {
+    arena_t *o = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
+    if (o != NULL) dirty += __atomic_load_n(&o->dirty.npages, __ATOMIC_RELAXED);
+  }
+  if (dirty * FRAG_DIRTY_DIV < resident) return;
+  __atomic_fetch_add(&extent_nfrag_purges, 1, __ATOMIC_RELAXED);
+  /* The caller purges after unlocking (arena_maybe_purge), as for the container limit:
+   * no bin lock is held across the madvise calls. */
+  a->frag_purge += np;
+  __atomic_store_n(&a->purge_pending, true, __ATOMIC_RELAXED);
+}
+
 /* A piece [addr, addr + size) of free extent f becomes extent e in f's set, with f's
  * contents state and its age in the purge order. */
 static void extent_carve(eset_t *es, edata_t *f, edata_t *e, uintptr_t addr, size_t size, unsigned state) {
@@ -544,10 +640,18 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     state = ES_MUZZY;
     f = eset_fit(&a->muzzy, np);
   }
+  if (f == NULL && !a->huge && !a->user && h == NULL && a->ind < narenas) {
+    unsigned got = extent_steal(a, np);
+    if (got != ES_ACTIVE) {
+      state = got;
+      f = eset_fit(eset_of(a, got), np);
+    }
+  }
   if (f == NULL && a->huge && h == NULL && align == os_page && (f = extent_gather_dirty(a, size)) != NULL) {
     arena_note_peak(a);
     return f;
   }
+  if (f == NULL && h == NULL && !a->huge && !a->user) extent_purge_fragments(a, np);
   if (f == NULL) {
     /* Retained pages become memory: within the commit budget, after giving back dirty
      * pages if that is what it takes. */

@@ -2,7 +2,8 @@
  * init.c - lazy, re-entrant initialisation (safe before main, from the dynamic loader and
  * under dlsym), the thread state, and fork handling. Lock order, which prefork follows:
  * bg_lock (background.c), init_lock, tcache_list_lock, arenas_lock, then per arena in index
- * order its bin locks (by class) and its elock, then guard_lock, rtree_lock, meta_lock.
+ * order its bin locks (by class) and its elock, then guard_lock, rtree_lock, meta_lock,
+ * and last bt_lock (backtrace.c: a leaf, held only while unwinding).
  */
 #include <pthread.h>
 #include <string.h>
@@ -117,14 +118,17 @@ static void fork_prepare(void) {
   bg_prefork(); /* bg_lock comes first: toggling holds it while it joins threads */
   prof_prefork();
   fork_locks(op_lock, false);
+  bt_prefork(); /* a leaf: last (backtrace.c) */
 }
 static void fork_parent(void) {
+  bt_postfork(false);
   fork_locks(op_unlock, true);
   bg_postfork_parent();
   prof_postfork(false);
 }
 
 static void fork_child(void) {
+  bt_postfork(true);
   fork_locks(op_reinit, true);
   meta_postfork_child();
   bg_postfork_child();

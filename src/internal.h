@@ -45,7 +45,9 @@ HIDDEN NORETURN void strata_heap_corruption(const void *at, unsigned ind);
 HIDDEN NORETURN void strata_assert_fail(const char *cond, const char *file, int line);
 /* backtrace.c: up to max return addresses of the calling program, innermost first,
  * strata's own leading frames dropped; never mallocs, holds no strata lock. */
-HIDDEN unsigned strata_backtrace(uintptr_t *frames, unsigned max);
+HIDDEN unsigned strata_backtrace(uintptr_t *frames, unsigned max); /* holds only bt_lock, a leaf */
+HIDDEN void bt_prefork(void); /* fork: the unwinders' lock, taken last (backtrace.c) */
+HIDDEN void bt_postfork(bool child);
 
 /* ------------------------------------------------------------------ os.c */
 /* The only layer that talks to the kernel about memory. */
@@ -107,7 +109,7 @@ HIDDEN extern mtx_t meta_lock;
 /* Pools of fixed-size objects (a multiple of 16 bytes, at most a page) whose number follows
  * the heap's peak: packed lowest address first, so pages empty out after a peak and
  * meta_purge returns them. Objects come 16-byte aligned, not initialised. */
-#define META_NPOOLS 8
+#define META_NPOOLS 13 /* edata, then 12 bitmap block sizes 16..1024 (slab.c) */
 enum { META_POOL_EDATA = 0, META_POOL_BITMAP0 = 1 }; /* bitmaps: pools 1.. by size (slab.c) */
 HIDDEN void meta_pool_init(unsigned pool, size_t size);
 HIDDEN unsigned meta_pool_get(unsigned pool, void **out, unsigned n); /* how many were got */
@@ -192,11 +194,19 @@ HIDDEN extern void (*rtree_purge_test_hook)(void *pages, size_t n); /* unit test
 typedef unsigned szind_t;
 #define SZ_NSMALL 36
 #define SZ_SMALL_MAX ((size_t)14336)
-#define SZ_LOOKUP_MAX ((size_t)4096)
+/* The malloc fast path's size -> class table covers every small class (1,793 bytes): the
+ * 4-14 KiB classes popped their bins on malloc_slow, 43 instructions a call (wl_xthread,
+ * 3 of 4 mallocs; docs/design.md, issue 10 sixth round). Every class it names is a slab
+ * class, which the fast path's pop (tag word cleared, nmalloc counted) requires. */
+#define SZ_LOOKUP_MAX SZ_SMALL_MAX
 #define SZ_MIN_IND 2 /* 16 bytes */
 #define SZ_NCLASSES 229 /* index of 2^62, the largest class */
 #define SZ_MAX ((size_t)1 << 62)
 HIDDEN extern uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
+/* Classes above the table up to 32 KiB (16, 20, 24, 28, 32 KiB) are multiples of 1 KiB: a
+ * second table at 1 KiB granularity, for malloc_slow's cached-class pop (wl_xthread). */
+#define SZ_LOOKUP_K_MAX ((size_t)32 << 10)
+HIDDEN extern uint8_t sz_lookup_k[SZ_LOOKUP_K_MAX >> 10];
 HIDDEN extern size_t sz_size[SZ_NCLASSES + 1];
 
 typedef struct {
@@ -240,6 +250,12 @@ HIDDEN size_t sz_sa2u(size_t size, size_t align);
 HIDDEN unsigned psz_floor(size_t npages);
 HIDDEN unsigned psz_ceil(size_t npages);
 HIDDEN size_t psz_pages(unsigned idx); /* smallest page count of bucket idx */
+/* psz_floor and psz_ceil of page counts below PSZ_TAB_N by table (sizeclass.c): slabs
+ * and most large blocks; the extent sets look both up on every insert and fit. */
+#define PSZ_TAB_N 512
+HIDDEN extern uint8_t psz_floor_tab[PSZ_TAB_N], psz_ceil_tab[PSZ_TAB_N];
+static inline unsigned psz_floor_fast(size_t np) { return np < PSZ_TAB_N ? psz_floor_tab[np] : psz_floor(np); }
+static inline unsigned psz_ceil_fast(size_t np) { return np < PSZ_TAB_N ? psz_ceil_tab[np] : psz_ceil(np); }
 
 /* ------------------------------------------------------------------ extent.c */
 /* A pairing heap keyed by address: lowest address first, O(1) insert. */
@@ -305,6 +321,9 @@ HIDDEN size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool 
 /* Pages of every arena's extents that may be resident (active, dirty, muzzy): the limit
  * check's figure. Changes only when pages leave or join the retained/unmapped state. */
 HIDDEN extern size_t extent_resident_pages;
+/* Times an ordinary arena took another's dirty or muzzy pages (extent.c, extent_steal). */
+HIDDEN extern uint64_t extent_nsteals;
+HIDDEN extern uint64_t extent_nfrag_purges; /* fragmented dirty pages purged before fresh ones */
 HIDDEN void extent_register(edata_t *e, unsigned szind, bool slab); /* boundary (or all, for slabs) */
 HIDDEN void extent_deregister_interior(edata_t *e);
 HIDDEN void edata_cache_flush(arena_t *a, unsigned keep); /* elock held */
@@ -355,12 +374,18 @@ typedef struct {
 } slab_run_t;
 /* Frees the runs whose slab belongs to arena a and clears their slab field. */
 HIDDEN void bin_dalloc_runs(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns);
+/* A cache's flush of n regions of arena a from p, checked and returned to the bitmaps in
+ * one walk; stops at the first it does not take (returned; *done: how many it took), or
+ * returns the link after the n-th (slab.c). */
+HIDDEN void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, uint32_t n, uint32_t *done);
 /* Hands a chain of n validated regions (head..tail, linked through their first word) of
  * arena a's class ind over to that bin, in O(1) unless the bin holds too many already. */
 HIDDEN void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n);
 HIDDEN void bin_release_spare(arena_t *a, szind_t ind);
 HIDDEN void slab_boot(void);                          /* the bitmap pools */
 HIDDEN void bitmap_free(szind_t ind, uint64_t *bm);   /* a slab's bitmap back to its pool */
+HIDDEN unsigned slab_bitmap_pool(szind_t ind);        /* the meta pool of class ind's bitmaps */
+HIDDEN size_t slab_bitmap_block(szind_t ind);         /* and its block size */
 HIDDEN extern bool slab_bitmap_test_fail; /* unit tests: a full slab cannot get its bitmap back */
 
 /* ------------------------------------------------------------------ arena.c */
@@ -368,7 +393,8 @@ HIDDEN extern bool slab_bitmap_test_fail; /* unit tests: a full slab cannot get 
  * Lock order (fork takes them all in this order): bg_lock, init_lock, tcache_list_lock,
  * arenas_lock, then per arena in index order: bins[1..SZ_NSMALL].lock, elock;
  * then guard_lock, rtree_lock, meta_lock. Code may go right in this list while holding a lock
- * (bin -> elock -> rtree/meta), never left, and holds at most one arena's locks.
+ * (bin -> elock -> rtree/meta), never left, and holds at most one arena's locks (a second
+ * arena's elock only by trylock: extent.c's commit_or_purge and extent_steal).
  */
 /* One decay clock (decay.c): dirty pages age into muzzy (or purged), muzzy into purged. */
 #define DECAY_STEPS 100 /* jemalloc's SMOOTHSTEP_NSTEPS */
@@ -397,6 +423,7 @@ struct arena_s {
   bool huge;              /* the oversize arena */
   unsigned nthreads;      /* threads bound (atomic) */
   bool purge_pending;     /* atomic: a decay step is due, purge after unlocking */
+  size_t frag_purge;      /* elock: fragmented dirty pages to purge after unlocking (extent.c) */
   decay_t ddecay, mdecay; /* dirty -> muzzy/purged, muzzy -> purged */
   bool bg_scheduled;      /* its background thread knows it has pages to decay */
   size_t bg_seen_npages;  /* dirty pages when that thread was last told */
@@ -809,6 +836,7 @@ static inline bool prof_maybe_sampled(const void *p, const edata_t *ed, szind_t 
   if (!prof_is_sampled(ed)) return false;
   return ind > SZ_NSMALL || rt_szind(rtree_read((uintptr_t)p)) == 0;
 }
+HIDDEN extern mtx_t prof_lock; /* stack table and live set (stats.mutexes.prof) */
 HIDDEN void prof_prefork(void);
 HIDDEN void prof_postfork(bool child);
 HIDDEN ctl_handler_t prof_ctl_active, prof_ctl_dump, prof_ctl_gdump, prof_ctl_reset, prof_ctl_lg_sample,

@@ -5,6 +5,8 @@
 #include "internal.h"
 
 uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
+uint8_t sz_lookup_k[SZ_LOOKUP_K_MAX >> 10]; /* [(size - 1) >> 10], size in (SZ_LOOKUP_MAX, 32 KiB] */
+uint8_t psz_floor_tab[PSZ_TAB_N], psz_ceil_tab[PSZ_TAB_N];
 uint8_t sz_malloc_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
 sz_prof_tab_t sz_prof_tab;
 size_t sz_size[SZ_NCLASSES + 1];
@@ -59,15 +61,29 @@ size_t sz_sa2u(size_t size, size_t align) {
 
 void sz_init(void) {
   for (szind_t i = 1; i <= SZ_NCLASSES; i++) sz_size[i] = class_size(i);
+  /* The tables by walking the classes and buckets once (the smallest class that holds s;
+   * the buckets around n pages), not a computation per entry: startup is every program's. */
+  szind_t c = SZ_MIN_IND;
   for (size_t s = 0; s <= SZ_LOOKUP_MAX; s += 8) {
-    uint8_t ind = (uint8_t)sz_size2index_compute(s ? s : 1);
-    __atomic_store_n(&sz_lookup[s >> 3], ind, __ATOMIC_RELAXED);
+    while (sz_size[c] < s) c++;
+    __atomic_store_n(&sz_lookup[s >> 3], (uint8_t)c, __ATOMIC_RELAXED);
     /* prof:true (prof_boot ran first) leaves malloc's copy all 0: see sz_malloc_lookup. */
-    __atomic_store_n(&sz_malloc_lookup[s >> 3], prof_on ? 0 : ind, __ATOMIC_RELAXED);
-    if (prof_on) __atomic_store_n(&sz_prof_tab.ind[s >> 3], ind, __ATOMIC_RELAXED);
+    __atomic_store_n(&sz_malloc_lookup[s >> 3], prof_on ? 0 : (uint8_t)c, __ATOMIC_RELAXED);
+    if (prof_on) __atomic_store_n(&sz_prof_tab.ind[s >> 3], (uint8_t)c, __ATOMIC_RELAXED);
+  }
+  for (size_t k = SZ_LOOKUP_MAX >> 10; k < (SZ_LOOKUP_K_MAX >> 10); k++) { /* (k KiB, k+1 KiB] */
+    while (sz_size[c] < (k + 1) << 10) c++;
+    sz_lookup_k[k] = (uint8_t)c;
   }
   if (prof_on) {
     for (szind_t i = 1; i <= SZ_NSMALL; i++) __atomic_store_n(&sz_prof_tab.usize[i], (int64_t)sz_size[i], __ATOMIC_RELAXED);
+  }
+  _Static_assert(PSZ_N <= 256 && PSZ_TAB_N < 4096, "psz tables hold bucket indices in a byte");
+  unsigned b = 0;
+  for (size_t n = 0; n < PSZ_TAB_N; n++) {
+    while (psz_pages(b) < n) b++; /* the smallest bucket whose pages reach n */
+    psz_ceil_tab[n] = (uint8_t)b;
+    psz_floor_tab[n] = (uint8_t)(psz_pages(b) > n && b > 0 ? b - 1 : b);
   }
   for (szind_t i = 1; i <= SZ_NSMALL; i++) {
     size_t size = sz_size[i], best = 0, best_waste = (size_t)-1;

@@ -23,6 +23,7 @@ uint32_t tbin_max[TCACHE_NBINS_MAX];
 static uint32_t tbin_align_mask[TCACHE_NBINS_MAX];
 static uint16_t tbin_fill_max[TCACHE_NBINS_MAX];  /* half a bin: the largest fill */
 static uint16_t tbin_fill_init[TCACHE_NBINS_MAX]; /* a new thread's first fill */
+static uint16_t tbin_fill_lean[TCACHE_NBINS_MAX]; /* FILL_INIT_BYTES' worth: see tcache_large_tick */
 mtx_t tcache_list_lock = MTX_INITIALIZER;
 tcache_t *tcache_list;      /* live caches; guarded by tcache_list_lock */
 static tcache_t *tcache_pool; /* caches of exited threads, for reuse */
@@ -33,6 +34,11 @@ size_t tcache_total;
 #define TBIN_SMALL_MIN 20
 #define TBIN_SMALL_MAX 200
 #define TBIN_LARGE 4
+/* Large classes hold up to this many bytes (at least TBIN_LARGE blocks): 8 blocks of 16 KiB,
+ * 4 of 28-32 KiB. A large miss or flush is an extent operation (~1,000 and ~450
+ * instructions under the elock); with 4 slots a thread that allocates and frees 16 KiB
+ * blocks at random went to its arena every 4-5 calls (wl_xthread: 8,600 of 40,000). */
+#define TBIN_LARGE_BYTES ((size_t)128 << 10)
 /* The GC looks at one bin every GC_INTERVAL fills and flushes. */
 #define GC_INTERVAL 32
 #define FLUSH_BUF 256
@@ -64,11 +70,14 @@ void tcache_boot(void) {
       uint32_t m = bin_info[i].nregs * 2;
       tbin_max[i] = m < TBIN_SMALL_MIN ? TBIN_SMALL_MIN : m > TBIN_SMALL_MAX ? TBIN_SMALL_MAX : m;
     } else {
-      tbin_max[i] = TBIN_LARGE;
+      size_t m = TBIN_LARGE_BYTES / sz_size[i];
+      tbin_max[i] = m > TBIN_LARGE ? (uint32_t)m : TBIN_LARGE;
     }
     tbin_fill_max[i] = (uint16_t)(tbin_max[i] / 2 ? tbin_max[i] / 2 : 1);
     size_t first = sz_size[i] <= FILL_FULL_MAX ? tbin_fill_max[i] : FILL_INIT_BYTES / sz_size[i];
     tbin_fill_init[i] = (uint16_t)(first < 1 ? 1 : first < tbin_fill_max[i] ? first : tbin_fill_max[i]);
+    size_t lean = FILL_INIT_BYTES / sz_size[i];
+    tbin_fill_lean[i] = (uint16_t)(lean < 1 ? 1 : lean < tbin_fill_init[i] ? lean : tbin_fill_init[i]);
     size_t nat = sz_size[i] & -sz_size[i];
     tbin_align_mask[i] = (uint32_t)((nat < os_page ? nat : os_page) - 1);
   }
@@ -164,6 +173,44 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
   return sc;
 }
 
+/* n regions from p (the first n of bin b) back to their owners: scanned into runs of one
+ * slab and validated, then as a chain to the owner bin when all belong to one other arena,
+ * else to the bitmaps, one bin lock per owning arena. Sets b->head past them. */
+static inline __attribute__((always_inline)) void flush_batch(tbin_t *b, szind_t ind, szind_t rt_ind, void *p,
+                                                              uint32_t n, unsigned own) {
+  slab_run_t runs[FLUSH_BUF];
+  flush_scan_t sc = bin_info[ind].pow2 ? flush_scan(p, n, ind, rt_ind, runs, own, false)
+                                       : flush_scan(p, n, ind, rt_ind, runs, own, true);
+  b->head = link_next(sc.last, ind);
+  LINK_SET(sc.last, NULL);
+  if (sc.one_remote) {
+    /* Cross-thread frees: the chain goes to the owner bin as it is, one lock and no
+     * bitmap work per batch (double frees were caught by the tag at free()). */
+    bin_push_remote(arenas[sc.remote - 1], ind, p, sc.last, n);
+    return;
+  }
+  /* One bin lock per owning arena (usually one). */
+  for (unsigned r = 0; r < sc.nruns; r++) {
+    if (runs[r].slab) bin_dalloc_runs(arena_of(runs[r].slab), ind, runs, sc.nruns);
+  }
+}
+
+/* flush_batch for a thread that is not a consumer: regions of its own arena go back to
+ * their bitmaps in one walk (bin_flush_local), flush_batch takes whatever that walk stops
+ * at (docs/design.md, issue 10, sixth round). Out of line, so that a consumer's flushes
+ * (the producer/consumer figure) keep flush_batch's code as it was. */
+static NOINLINE void flush_batch_own(tcache_t *tc, tbin_t *b, szind_t ind, szind_t rt_ind, void *p, uint32_t n,
+                                     unsigned own) {
+  uint32_t done;
+  p = bin_flush_local(tc->arena, ind, rt_ind, p, n, &done);
+  if (done == n) {
+    if (unlikely(!link_plausible(p))) strata_heap_corruption(p, ind); /* as link_next's test */
+    b->head = p;
+    return;
+  }
+  flush_batch(b, ind, rt_ind, p, n - done, own);
+}
+
 /* Flush all but `keep` of bin ind, taking them from the head of the list. Each region is
  * validated against the rtree (a slab of this class and a region start; a large extent
  * of this class that starts at the pointer), then returned to its owner arena. rt_ind:
@@ -194,26 +241,16 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
       for (uint32_t i = 0; i < n; i++) arena_large_dalloc(eds[i]);
       continue;
     }
-    slab_run_t runs[FLUSH_BUF];
     /* A thread that frees far more of this class than it allocates (a consumer) frees
      * other threads' blocks: those go to their bin as a chain, as remote frees do, even
      * when it shares their arena (with arena_spread, threads share arenas until contention). */
     bool consumer = b->nmalloc < b->ndalloc / 4;
     unsigned own = tc->arena && !consumer ? tc->arena->ind + 1 : (unsigned)-1; /* an edata arena_id */
-    flush_scan_t sc = bin_info[ind].pow2 ? flush_scan(p, n, ind, rt_ind, runs, own, false)
-                                         : flush_scan(p, n, ind, rt_ind, runs, own, true);
-    b->head = link_next(sc.last, ind);
-    LINK_SET(sc.last, NULL);
-    if (sc.one_remote) {
-      /* Cross-thread frees: the chain goes to the owner bin as it is, one lock and no
-       * bitmap work per batch (double frees were caught by the tag at free()). */
-      bin_push_remote(arenas[sc.remote - 1], ind, p, sc.last, n);
+    if (own != (unsigned)-1) {
+      flush_batch_own(tc, b, ind, rt_ind, p, n, own);
       continue;
     }
-    /* One bin lock per owning arena (usually one). */
-    for (unsigned r = 0; r < sc.nruns; r++) {
-      if (runs[r].slab) bin_dalloc_runs(arena_of(runs[r].slab), ind, runs, sc.nruns);
-    }
+    flush_batch(b, ind, rt_ind, p, n, own);
   }
 }
 
@@ -495,4 +532,12 @@ void tcache_large_tick(tcache_t *tc, size_t usize) {
   if (tc->gc_bytes < TCACHE_GC_BYTES) return;
   tc->gc_bytes = 0;
   tcache_gc_visit(tc, 0);
+  /* Such a thread's next fill of a small class at its first-fill size brings
+   * FILL_INIT_BYTES' worth, as classes above FILL_FULL_MAX always do, and doubles on each
+   * further miss: the half bins a first fill of the classes up to 320 B brings were 5.4 MiB
+   * of wl_nativethreads' 100 caches when its threads all interleave, mostly never used
+   * (each thread makes a few dozen allocations of each class). Threads that never
+   * allocate above tcache_max (a producer) keep the full first fills. */
+  for (szind_t i = 1; i < tcache_nbins && sz_size[i] <= FILL_FULL_MAX; i++)
+    if (tc->fill[i] == tbin_fill_init[i]) tc->fill[i] = tbin_fill_lean[i];
 }

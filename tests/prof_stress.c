@@ -477,8 +477,8 @@ TEST(test_prof_reused_blocks_in_threads_that_exit) {
 }
 
 /* prof:true reuses freed blocks as prof:false does (LIFO): a free then a malloc of the same
- * class returns the block just freed, from the small classes of malloc's lookup table, the
- * cached classes above it (6 KiB, 20 KiB) and by way of a sized free; sampled or not (at a
+ * class returns the block just freed, from the small classes of malloc's lookup table (up
+ * to 14 KiB), a cached class above it (20 KiB) and by way of a sized free; sampled or not (at a
  * 1 KiB mean most of these are sampled, and their frees take the slow path). The stash bins
  * of the earlier design handed back a block only after the bin's other ~30. */
 TEST(test_prof_free_then_malloc_reuses_the_block) {
@@ -506,8 +506,8 @@ TEST(test_prof_free_then_malloc_reuses_the_block) {
   CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
 }
 
-/* Cached classes above malloc's lookup table (4-32 KiB: ialloc with prof:true) spend their
- * bytes too. At a 16 KiB mean, 2,000 kept blocks each of 6 KiB and 20 KiB in rounds of 8
+/* Classes at both ends of malloc's lookup table (6 KiB: malloc_prof's pop; 20 KiB, cached
+ * above the table: ialloc with prof:true) spend their bytes too. At a 16 KiB mean, 2,000 kept blocks each of 6 KiB and 20 KiB in rounds of 8
  * (7 freed): 625 (sd 21) and 1,427 (sd 20) samples expected. Checked against malloc_slow
  * popping those classes uncounted (0 samples of the 6 KiB blocks). */
 TEST(test_prof_classes_above_the_table_sample_at_the_rate) {
@@ -560,6 +560,35 @@ TEST(test_prof_malloc_entry_is_patched_unless_told_not_to) {
   void *q = malloc(24); /* either way the block comes back from the cache */
   CHECK(q == p, "malloc(24) after free(%p) returned %p", p, q);
   free(q);
+}
+
+/* The frees of a sampled block's granule neighbours ask the live set without prof_lock
+ * (prof.c, live_maybe). At this rate about 500 of 8,192 64-byte blocks are sampled and
+ * nearly every 4 KiB granule holds one, so most of the frees leave the fast path; only
+ * the sampled ones may take the lock (stats.mutexes.prof, jemalloc's name). */
+static uint64_t prof_lock_ops(void) {
+  uint64_t e = 1, v = 0;
+  size_t len = sizeof v;
+  CHECK(mallctl("epoch", NULL, NULL, &e, sizeof e) == 0, "epoch");
+  CHECK(mallctl("stats.mutexes.prof.num_ops", &v, &len, NULL, 0) == 0, "stats.mutexes.prof.num_ops");
+  return v;
+}
+
+TEST(test_prof_neighbour_frees_skip_the_lock) {
+  enum { N = 8192 };
+  static void *b[N];
+  for (int i = 0; i < N; i++) {
+    b[i] = malloc(64);
+    CHECK(b[i] != NULL, "malloc(64)");
+  }
+  uint64_t n0 = prof_lock_ops();
+  for (int i = 0; i < N; i++) free(b[i]);
+  uint64_t n1 = prof_lock_ops();
+  CHECK(n1 - n0 < N / 8, "%llu prof_lock acquisitions for %d frees (about 500 blocks sampled)",
+        (unsigned long long)(n1 - n0), N);
+  unsigned long objs, bytes;
+  dump_totals(&objs, &bytes);
+  CHECK(CHURN_LEFTOVER_OK(objs, bytes), "%lu sampled blocks left in the live set", objs);
 }
 
 int main(int argc, char **argv) { return check_main(argc, argv); }

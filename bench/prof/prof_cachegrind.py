@@ -8,23 +8,15 @@ prof_callgrind.py gives the instructions alone; this adds what the misses cost.
 
 usage: prof_cachegrind.py [--workloads wl_churn,wl_server] NAME=BUILD_DIR ... [--json OUT]
 """
-import argparse
-import json
 import os
-import subprocess
-import tempfile
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from prof_callgrind import over_builds, valgrind  # noqa: E402
 
 
 def cachegrind(build, wl, conf, tmp):
-    out = os.path.join(tmp, f"{os.path.basename(build)}-{wl}-{conf.replace(':', '_')}.cg")
-    env = dict(os.environ, LD_PRELOAD=os.path.join(build, "libstrata.so"), MALLOC_CONF=conf)
-    env.pop("STRATA_CONF", None)
-    # prof:true patches strata_malloc's entry at start-up, after valgrind translated it
-    # (libc's first mallocs): without --smc-check=all the stale, unpatched code would run.
-    smc = ["--smc-check=all"] if "prof:true" in conf else []
-    subprocess.run(["valgrind", "--tool=cachegrind", *smc, "--cache-sim=yes", f"--cachegrind-out-file={out}",
-                    os.path.join(build, "bench", wl), "--preset", "tiny"],
-                   env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out = valgrind(build, wl, conf, tmp, ["--tool=cachegrind", "--cache-sim=yes", "--cachegrind-out-file={out}"])
     events, summary = None, None
     with open(out) as f:
         for line in f:
@@ -40,30 +32,16 @@ def cachegrind(build, wl, conf, tmp):
             "cycles": c["Ir"] + 10 * l1 + 100 * ll}
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("builds", nargs="+", help="NAME=BUILD_DIR")
-    ap.add_argument("--workloads", default="wl_churn,wl_server")
-    ap.add_argument("--json")
-    a = ap.parse_args()
-    res = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for wl in a.workloads.split(","):
-            for spec in a.builds:
-                name, build = spec.split("=", 1)
-                r = {conf: cachegrind(build, wl, conf, tmp) for conf in ("prof:false", "prof:true")}
-                off, on = r["prof:false"], r["prof:true"]
-                r["ratio_cycles"] = on["cycles"] / off["cycles"]
-                r["ratio_ir"] = on["Ir"] / off["Ir"]
-                res.setdefault(wl, {})[name] = r
-                print(f"{wl:10s} {name:8s} Ir {off['Ir']:>13,} -> {on['Ir']:>13,} ({r['ratio_ir']:.3f})  "
-                      f"D1m {off['D1m'] / 1e6:.2f}M -> {on['D1m'] / 1e6:.2f}M  "
-                      f"LLm {off['LLm'] / 1e3:.0f}K -> {on['LLm'] / 1e3:.0f}K  "
-                      f"cycles {off['cycles']:>13,} -> {on['cycles']:>13,} ({r['ratio_cycles']:.3f})", flush=True)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+def measure(build, wl, tmp):
+    r = {conf: cachegrind(build, wl, conf, tmp) for conf in ("prof:false", "prof:true")}
+    off, on = r["prof:false"], r["prof:true"]
+    r["ratio_cycles"] = on["cycles"] / off["cycles"]
+    r["ratio_ir"] = on["Ir"] / off["Ir"]
+    return r, (f"Ir {off['Ir']:>13,} -> {on['Ir']:>13,} ({r['ratio_ir']:.3f})  "
+               f"D1m {off['D1m'] / 1e6:.2f}M -> {on['D1m'] / 1e6:.2f}M  "
+               f"LLm {off['LLm'] / 1e3:.0f}K -> {on['LLm'] / 1e3:.0f}K  "
+               f"cycles {off['cycles']:>13,} -> {on['cycles']:>13,} ({r['ratio_cycles']:.3f})")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(over_builds(measure, __doc__))

@@ -91,6 +91,14 @@ static void test_limit_headroom_and_due(void) {
   CHECK(limit_due(1010 * M, 1024 * M, 32 * M, 2000 * M));
 }
 
+/* Ordinary arenas take one another's dirty pages before fresh ones (extent.c,
+ * extent_steal): tests of one arena's own policy first empty the others' sets, so that
+ * what earlier tests left there does not stand in for fresh pages. */
+static void purge_ordinary_arenas(void) {
+  for (unsigned i = 0; i < narenas; i++)
+    if (arenas[i] != NULL) arena_purge(arenas[i]);
+}
+
 static void test_limit_purges_every_arena_when_fresh_pages_near_it(void) {
   arena_t *a = arena_get(2), *b = arena_get(3);
   uint64_t now = decay_now();
@@ -103,8 +111,10 @@ static void test_limit_purges_every_arena_when_fresh_pages_near_it(void) {
   limit_check(a); /* reads the real limit now, so the one set below stays for a second */
   uint64_t saved = os_mem_limit, before = limit_npurges;
   uint64_t res = (uint64_t)extent_resident_pages * os_page + meta_mapped();
-  os_mem_limit = res + ((uint64_t)6 << 20); /* headroom 4 MiB: 2 MiB of fresh pages are due */
-  void *p = arena_large_alloc(b, (size_t)4 << 20, 0, false);
+  /* Headroom 4 MiB: fresh pages are due. 12 MiB: more than a's 8 MiB dirty extent, which
+   * b would take instead of fresh pages (extent_steal) for a request it fits. */
+  os_mem_limit = res + ((uint64_t)6 << 20);
+  void *p = arena_large_alloc(b, (size_t)12 << 20, 0, false);
   CHECK(p != NULL);
   CHECK_EQ(limit_npurges, before + 1);
   CHECK_EQ(a->dirty.npages, 0);
@@ -139,7 +149,7 @@ static void test_oversize_arena_keeps_its_peak_and_trims_it_when_idle(void) {
   arena_maybe_purge(h);
   CHECK_EQ(h->dirty.npages, 48 * M / os_page);
   /* Just used: another arena's fresh pages leave it alone. */
-  arena_purge(b);
+  purge_ordinary_arenas();
   mtx_lock(&h->elock);
   arena_note_peak(h); /* as an allocation would: "just used" even on a slow machine */
   mtx_unlock(&h->elock);
@@ -149,7 +159,7 @@ static void test_oversize_arena_keeps_its_peak_and_trims_it_when_idle(void) {
   arena_large_dalloc(rt_edata(rtree_read((uintptr_t)q)));
   struct timespec ts = {0, 150 * 1000000L};
   nanosleep(&ts, NULL);
-  arena_purge(b);
+  purge_ordinary_arenas();
   q = arena_large_alloc(b, 4 * M, 0, false);
   CHECK(q != NULL);
   CHECK(h->dirty.npages <= 32 * M / os_page);
@@ -173,7 +183,7 @@ static void test_ordinary_arena_keeps_its_recent_peak_up_to_96_mib(void) {
   uint64_t saved = os_mem_limit;
   os_mem_limit = 0;
   __atomic_store_n(&limit_pending, false, __ATOMIC_RELAXED);
-  arena_purge(a);
+  purge_ordinary_arenas();
   for (int i = 0; i < 48; i++) {
     p[i] = arena_large_alloc(a, M, 0, false);
     CHECK(p[i] != NULL);

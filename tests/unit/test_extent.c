@@ -204,6 +204,321 @@ static void test_huge_request_gathers_freed_blocks(void) {
   check_calloc_zero(24 * mib);
 }
 
+/* Cross-arena reuse (extent_steal): an ordinary arena with no dirty or muzzy pages of its
+ * own takes the pages it needs from another ordinary arena's dirty set before it touches
+ * retained memory; the pages change owner whole (edata id, page map, mapped bytes), and
+ * the rest of the other arena's extent stays that arena's. */
+static void purge_arena(arena_t *x) {
+  mtx_lock(&x->elock);
+  extent_purge(x, ES_DIRTY, 0, false);
+  extent_purge(x, ES_MUZZY, 0, false);
+  mtx_unlock(&x->elock);
+}
+
+static void purge_ordinary(void) {
+  for (unsigned i = 0; i < narenas; i++)
+    if (arenas[i] != NULL) purge_arena(arenas[i]);
+}
+
+/* A freed 16-page extent in arena x (dirty, alone in the ordinary arenas' sets). */
+static uintptr_t dirty_extent_in(arena_t *x) {
+  purge_ordinary();
+  mtx_lock(&x->elock);
+  edata_t *e = extent_alloc(x, 16 * os_page, os_page);
+  CHECK(e != NULL);
+  uintptr_t addr = e ? e->addr : 0;
+  if (e) extent_dalloc(x, e);
+  CHECK_EQ(x->dirty.npages, 16);
+  mtx_unlock(&x->elock);
+  return addr;
+}
+
+static void test_arena_takes_another_arenas_dirty_pages(void) {
+  arena_t *x = arena_get(1), *y = arena_get(2);
+  CHECK(x != NULL && y != NULL);
+  uintptr_t addr = dirty_extent_in(x);
+  size_t xmapped = x->mapped, ymapped = y->mapped;
+  uint64_t steals = extent_nsteals;
+  mtx_lock(&y->elock);
+  edata_t *f = extent_alloc(y, 4 * os_page, os_page);
+  CHECK(f != NULL);
+  CHECK_EQ(f->addr, addr); /* x's pages, the lowest of its extent: no fresh page */
+  CHECK_EQ(edata_arena_ind(f), y->ind);
+  CHECK_EQ(y->dirty.npages, 0);
+  CHECK_EQ(y->mapped, ymapped + 4 * os_page);
+  mtx_unlock(&y->elock);
+  CHECK_EQ(extent_nsteals, steals + 1);
+  mtx_lock(&x->elock);
+  CHECK_EQ(x->dirty.npages, 12); /* the rest stays x's, registered at its new start */
+  CHECK_EQ(x->mapped, xmapped - 4 * os_page);
+  edata_t *rest = entry_edata(addr + 4 * os_page);
+  CHECK(rest != NULL && rest->state == ES_DIRTY && edata_arena_ind(rest) == x->ind);
+  CHECK(rest != NULL && rest->addr == addr + 4 * os_page && rest->size == 12 * os_page);
+  mtx_unlock(&x->elock);
+  /* Freed in y, the pages stay y's: the two arenas' neighbouring extents never merge. */
+  mtx_lock(&y->elock);
+  extent_dalloc(y, f);
+  CHECK(entry_edata(addr) == f && f->state == ES_DIRTY && f->size == 4 * os_page);
+  mtx_unlock(&y->elock);
+  mtx_lock(&x->elock);
+  edata_t *again = extent_alloc(x, 12 * os_page, os_page); /* x's own rest, found first */
+  CHECK(again != NULL && again->addr == addr + 4 * os_page);
+  if (again) extent_dalloc(x, again);
+  CHECK(entry_edata(addr + 4 * os_page) != NULL && entry_edata(addr + 4 * os_page)->size == 12 * os_page);
+  mtx_unlock(&x->elock);
+  purge_ordinary();
+}
+
+/* Muzzy pages (purged lazily) move too, when no arena has dirty pages that fit. */
+static void test_arena_takes_another_arenas_muzzy_pages(void) {
+  arena_t *x = arena_get(1), *y = arena_get(2);
+  uintptr_t addr = dirty_extent_in(x);
+  mtx_lock(&x->elock);
+  extent_purge(x, ES_DIRTY, 0, true); /* dirty -> muzzy (MADV_FREE) */
+  CHECK_EQ(x->dirty.npages, 0);
+  CHECK_EQ(x->muzzy.npages, 16);
+  mtx_unlock(&x->elock);
+  uint64_t steals = extent_nsteals;
+  mtx_lock(&y->elock);
+  edata_t *f = extent_alloc(y, 4 * os_page, os_page);
+  CHECK(f != NULL && f->addr == addr && edata_arena_ind(f) == y->ind);
+  CHECK(f != NULL && !f->zeroed); /* MADV_FREE pages may keep their contents */
+  if (f) extent_dalloc(y, f);
+  mtx_unlock(&y->elock);
+  CHECK_EQ(extent_nsteals, steals + 1);
+  CHECK_EQ(x->muzzy.npages, 12);
+  purge_ordinary();
+}
+
+/* Fragmented dirty pages give way (extent_purge_fragments): an ordinary arena whose dirty
+ * pages are pieces too small for a request purges as many of its oldest pages as it is
+ * about to take fresh, while dirty pages are an eighth or more of all resident pages;
+ * not below that share, and not with decay disabled. x gets FRAG_N 8-page pieces of
+ * dirty pages between live extents of its own; everything else is purged first. */
+#define FRAG_N 32
+static edata_t *frag_live[FRAG_N];
+static void fragment_arena(arena_t *x) {
+  arena_purge_all(); /* the oversize arena's dirty pages from the tests above too */
+  mtx_lock(&x->elock);
+  edata_t *e[2 * FRAG_N];
+  for (int i = 0; i < 2 * FRAG_N; i++) {
+    e[i] = extent_alloc(x, 8 * os_page, os_page);
+    CHECK(e[i] != NULL);
+  }
+  for (int i = 0; i < FRAG_N; i++) {
+    frag_live[i] = e[2 * i + 1];
+    if (e[2 * i]) extent_dalloc(x, e[2 * i]);
+  }
+  CHECK_EQ(x->dirty.npages, FRAG_N * 8);
+  mtx_unlock(&x->elock);
+}
+static void unfragment_arena(arena_t *x) {
+  mtx_lock(&x->elock);
+  for (int i = 0; i < FRAG_N; i++)
+    if (frag_live[i]) extent_dalloc(x, frag_live[i]);
+  mtx_unlock(&x->elock);
+  purge_ordinary();
+}
+/* Takes 16 pages in x (no 8-page piece fits); returns x's dirty pages after. */
+static size_t take_16_pages(arena_t *x) {
+  mtx_lock(&x->elock);
+  edata_t *f = extent_alloc(x, 16 * os_page, os_page);
+  CHECK(f != NULL);
+  mtx_unlock(&x->elock);
+  arena_maybe_purge(x); /* what arena_large_alloc and slab fills do after unlocking */
+  mtx_lock(&x->elock);
+  size_t left = x->dirty.npages;
+  if (f) extent_dalloc(x, f);
+  mtx_unlock(&x->elock);
+  return left;
+}
+
+static void test_fragmented_dirty_pages_give_way(void) {
+  arena_t *x = arena_get(1);
+  fragment_arena(x);
+  CHECK(FRAG_N * 8 * 8 >= __atomic_load_n(&extent_resident_pages, __ATOMIC_RELAXED)); /* the share holds */
+  uint64_t n0 = extent_nfrag_purges, purged0 = x->npurged;
+  CHECK_EQ(take_16_pages(x), FRAG_N * 8 - 16); /* the two oldest pieces went */
+  CHECK_EQ(extent_nfrag_purges, n0 + 1);
+  CHECK_EQ(x->npurged, purged0 + 16);
+  unfragment_arena(x);
+}
+
+static void test_fragments_under_the_share_stay(void) {
+  arena_t *x = arena_get(1);
+  fragment_arena(x);
+  /* 64 MiB active elsewhere in x (never touched: committed, not faulted in). */
+  mtx_lock(&x->elock);
+  edata_t *big = extent_alloc(x, (size_t)16384 * os_page, os_page);
+  CHECK(big != NULL);
+  mtx_unlock(&x->elock);
+  CHECK(FRAG_N * 8 * 8 < __atomic_load_n(&extent_resident_pages, __ATOMIC_RELAXED));
+  uint64_t n0 = extent_nfrag_purges;
+  CHECK_EQ(take_16_pages(x), FRAG_N * 8);
+  CHECK_EQ(extent_nfrag_purges, n0);
+  mtx_lock(&x->elock);
+  if (big) extent_dalloc(x, big);
+  mtx_unlock(&x->elock);
+  unfragment_arena(x);
+}
+
+static void test_fragments_stay_with_decay_disabled(void) {
+  arena_t *x = arena_get(1);
+  fragment_arena(x);
+  int64_t ms = decay_ms(&x->ddecay);
+  __atomic_store_n(&x->ddecay.ms, -1, __ATOMIC_RELAXED);
+  uint64_t n0 = extent_nfrag_purges;
+  CHECK_EQ(take_16_pages(x), FRAG_N * 8);
+  CHECK_EQ(extent_nfrag_purges, n0);
+  __atomic_store_n(&x->ddecay.ms, ms, __ATOMIC_RELAXED);
+  unfragment_arena(x);
+}
+
+/* No thread waits on another arena: an arena whose extent lock is held is passed over. */
+static int hold_state; /* atomic: 1 take the lock, 2 held, 3 release */
+static void hold_wait(int state) {
+  while (__atomic_load_n(&hold_state, __ATOMIC_ACQUIRE) != state) sched_yield();
+}
+static void *hold_elock(void *arg) {
+  arena_t *x = arg;
+  hold_wait(1);
+  mtx_lock(&x->elock);
+  __atomic_store_n(&hold_state, 2, __ATOMIC_RELEASE);
+  hold_wait(3);
+  mtx_unlock(&x->elock);
+  return NULL;
+}
+
+static void test_arena_passes_over_a_locked_arena(void) {
+  arena_t *x = arena_get(1), *y = arena_get(2);
+  hold_state = 0;
+  pthread_t t; /* started first: a new thread's own first slabs may take pages too */
+  pthread_create(&t, NULL, hold_elock, x);
+  uintptr_t addr = dirty_extent_in(x);
+  uint64_t steals = extent_nsteals;
+  __atomic_store_n(&hold_state, 1, __ATOMIC_RELEASE);
+  hold_wait(2);
+  mtx_lock(&y->elock);
+  edata_t *f = extent_alloc(y, 4 * os_page, os_page); /* returns: fresh (retained) pages */
+  CHECK(f != NULL && f->addr != addr);
+  if (f) extent_dalloc(y, f);
+  mtx_unlock(&y->elock);
+  CHECK_EQ(extent_nsteals, steals);
+  __atomic_store_n(&hold_state, 3, __ATOMIC_RELEASE);
+  pthread_join(t, NULL);
+  CHECK_EQ(x->dirty.npages, 16);
+  purge_ordinary();
+}
+
+/* User arenas (arenas.create) neither give pages to the ordinary arenas nor take theirs:
+ * their pages may be reset, destroyed or come from a hook. */
+static void test_user_arenas_keep_their_pages_apart(void) {
+  unsigned ind;
+  size_t sz = sizeof ind;
+  CHECK_EQ(au_arenas_create(NULL, 0, &ind, &sz, NULL, 0), 0);
+  arena_t *u = arena_get(ind), *x = arena_get(1), *y = arena_get(2);
+  CHECK(u != NULL && u->user);
+  if (u == NULL) return;
+  uint64_t steals = extent_nsteals;
+  /* The user arena's freed pages stay its own. */
+  purge_ordinary();
+  purge_arena(u);
+  mtx_lock(&u->elock);
+  edata_t *e = extent_alloc(u, 16 * os_page, os_page);
+  CHECK(e != NULL);
+  uintptr_t uaddr = e ? e->addr : 0;
+  if (e) extent_dalloc(u, e);
+  mtx_unlock(&u->elock);
+  mtx_lock(&y->elock);
+  edata_t *f = extent_alloc(y, 4 * os_page, os_page);
+  CHECK(f != NULL && f->addr != uaddr);
+  if (f) extent_dalloc(y, f);
+  mtx_unlock(&y->elock);
+  CHECK_EQ(u->dirty.npages, 16);
+  /* Nor does it take an ordinary arena's: every one of them has 16 dirty pages. */
+  purge_arena(u);
+  (void)x;
+  purge_ordinary();
+  edata_t *d[64] = {0}; /* all allocated before any is freed: none takes another's */
+  for (unsigned i = 0; i < narenas && i < 64; i++) {
+    arena_t *o = arena_get(i);
+    mtx_lock(&o->elock);
+    d[i] = extent_alloc(o, 16 * os_page, os_page);
+    CHECK(d[i] != NULL);
+    mtx_unlock(&o->elock);
+  }
+  for (unsigned i = 0; i < narenas && i < 64; i++) {
+    mtx_lock(&arenas[i]->elock);
+    if (d[i]) extent_dalloc(arenas[i], d[i]);
+    mtx_unlock(&arenas[i]->elock);
+  }
+  mtx_lock(&u->elock);
+  edata_t *g = extent_alloc(u, 4 * os_page, os_page);
+  CHECK(g != NULL && edata_arena_ind(g) == u->ind);
+  if (g) extent_dalloc(u, g);
+  mtx_unlock(&u->elock);
+  for (unsigned i = 0; i < narenas && i < 64; i++) CHECK_EQ(arenas[i]->dirty.npages, 16);
+  CHECK_EQ(extent_nsteals, steals);
+  purge_arena(u);
+  purge_ordinary();
+}
+
+/* Threads on different arenas allocate and free extents of varying sizes at once, so
+ * that pages keep moving between arenas while their neighbours are freed and merged in
+ * the arena that gave them (TSan runs this too). Afterwards every free extent is in the
+ * set of the arena its edata names, with both page-map boundaries pointing at it, and
+ * each set's page count is the sum of its extents. */
+#define STEAL_THREADS 4
+static void *steal_churn(void *arg) {
+  arena_t *x = arena_get((unsigned)(uintptr_t)arg);
+  edata_t *held[16] = {0};
+  uint64_t rnd = (uintptr_t)arg * 0x9E3779B97F4A7C15ull + 1;
+  for (int i = 0; i < 4000; i++) {
+    rnd ^= rnd << 13, rnd ^= rnd >> 7, rnd ^= rnd << 17;
+    unsigned k = (unsigned)(rnd % 16);
+    mtx_lock(&x->elock);
+    if (held[k]) {
+      extent_dalloc(x, held[k]);
+      held[k] = NULL;
+    } else {
+      held[k] = extent_alloc(x, (1 + (rnd >> 8) % 24) * os_page, os_page);
+    }
+    if (i % 500 == 499) extent_purge(x, ES_DIRTY, 0, false);
+    mtx_unlock(&x->elock);
+  }
+  mtx_lock(&x->elock);
+  for (unsigned k = 0; k < 16; k++)
+    if (held[k]) extent_dalloc(x, held[k]);
+  mtx_unlock(&x->elock);
+  return NULL;
+}
+
+static void test_threads_move_pages_between_arenas_consistently(void) {
+  CHECK(narenas >= STEAL_THREADS);
+  if (narenas < STEAL_THREADS) return;
+  purge_ordinary();
+  uint64_t steals = extent_nsteals;
+  pthread_t t[STEAL_THREADS];
+  for (uintptr_t i = 0; i < STEAL_THREADS; i++) pthread_create(&t[i], NULL, steal_churn, (void *)i);
+  for (unsigned i = 0; i < STEAL_THREADS; i++) pthread_join(t[i], NULL);
+  CHECK(extent_nsteals > steals);
+  for (unsigned i = 0; i < STEAL_THREADS; i++) {
+    arena_t *x = arenas[i];
+    mtx_lock(&x->elock);
+    size_t np = 0;
+    unsigned bad = 0;
+    for (edata_t *e = x->dirty.lru_head; e; e = e->lru_next) {
+      np += e->size / os_page;
+      bad += edata_arena_ind(e) != x->ind || e->state != ES_DIRTY || entry_edata(e->addr) != e ||
+             entry_edata(e->addr + e->size - GRAN) != e;
+    }
+    CHECK_EQ(bad, 0);
+    CHECK_EQ(np, x->dirty.npages);
+    mtx_unlock(&x->elock);
+  }
+  purge_ordinary();
+}
+
 /* Lock stress: threads take one arena's extent lock many times and change an unguarded
  * counter under it; every acquisition (the trylock, the spin, the sleep) must exclude the
  * others, and be counted. Two phases: as many threads as CPUs with a holder that keeps
@@ -276,6 +591,14 @@ int main(void) {
   RUN(test_pairing_heap_orders_by_address);
   RUN(test_huge_reuse_grows_freed_block);
   RUN(test_huge_request_gathers_freed_blocks);
+  RUN(test_arena_takes_another_arenas_dirty_pages);
+  RUN(test_arena_takes_another_arenas_muzzy_pages);
+  RUN(test_arena_passes_over_a_locked_arena);
+  RUN(test_fragmented_dirty_pages_give_way);
+  RUN(test_fragments_under_the_share_stay);
+  RUN(test_fragments_stay_with_decay_disabled);
+  RUN(test_user_arenas_keep_their_pages_apart);
+  RUN(test_threads_move_pages_between_arenas_consistently);
   RUN(test_extent_lock_excludes_under_contention);
   UNIT_EXIT();
 }

@@ -16,6 +16,38 @@ static void test_size_roundtrip_is_tight(void) {
   CHECK_EQ(sz_size2index(SZ_MAX + 1), 0);
 }
 
+/* malloc_slow's second table (4-32 KiB, 1 KiB steps) names the class the computation does,
+ * at every byte: a class boundary that is not a multiple of 1 KiB would break it. */
+static void test_kib_table_matches_computation(void) {
+  for (size_t s = SZ_LOOKUP_MAX + 1; s <= SZ_LOOKUP_K_MAX; s++) {
+    szind_t i = sz_lookup_k[(s - 1) >> 10];
+    if (i != sz_size2index_compute(s)) {
+      CHECK_EQ(i, sz_size2index_compute(s));
+      break;
+    }
+  }
+  CHECK_EQ(sz_lookup_k[(SZ_LOOKUP_MAX + 1 - 1) >> 10], sz_size2index_compute(SZ_LOOKUP_MAX + 1));
+  CHECK_EQ(sz_size[sz_lookup_k[(SZ_LOOKUP_K_MAX - 1) >> 10]], SZ_LOOKUP_K_MAX);
+  /* The malloc fast path pops what the first table names as a slab region: every class
+   * it names must be small, and it must cover every small class. */
+  CHECK_EQ(sz_lookup_read(SZ_LOOKUP_MAX), SZ_NSMALL);
+  CHECK(sz_size2index(SZ_LOOKUP_MAX + 1) > SZ_NSMALL);
+}
+
+/* The extent sets' bucket tables agree with the computation at every page count. */
+static void test_page_bucket_tables_match(void) {
+  for (size_t n = 0; n < PSZ_TAB_N; n++) {
+    if (psz_floor_tab[n] != psz_floor(n) || psz_ceil_tab[n] != psz_ceil(n)) {
+      CHECK_EQ(psz_floor_tab[n], psz_floor(n));
+      CHECK_EQ(psz_ceil_tab[n], psz_ceil(n));
+      break;
+    }
+  }
+  CHECK_EQ(psz_floor_fast(PSZ_TAB_N - 1), psz_floor(PSZ_TAB_N - 1));
+  CHECK_EQ(psz_ceil_fast(PSZ_TAB_N + 1), psz_ceil(PSZ_TAB_N + 1));
+  CHECK(psz_ceil_fast(5) > psz_floor_fast(5) || psz_pages(psz_floor_fast(5)) == 5);
+}
+
 static void test_classes_follow_jemalloc_spacing(void) {
   size_t expect[] = {8, 16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640};
   for (unsigned i = 0; i < sizeof(expect) / sizeof(expect[0]); i++) CHECK_EQ(sz_size[i + 1], expect[i]);
@@ -63,6 +95,8 @@ static void test_page_buckets_bracket_sizes(void) {
 int main(void) {
   if (strata_init()) return 1;
   RUN(test_size_roundtrip_is_tight);
+  RUN(test_kib_table_matches_computation);
+  RUN(test_page_bucket_tables_match);
   RUN(test_classes_follow_jemalloc_spacing);
   RUN(test_aligned_classes_are_multiples);
   RUN(test_slab_geometry_wastes_little);

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "ctl.h"
+#include <stddef.h>
 #include "unit.h"
 
 static arena_t *a;
@@ -123,13 +125,12 @@ static void test_full_slab_drops_bitmap_and_regains_it(void) {
   CHECK_EQ(s->nfree, 0);
   CHECK(s->bitmap == NULL);
   /* The bin's spare bitmap, which the first free takes, holds stale bits (as one from an
-   * emptied slab would): the slab must get it zeroed. Pools: one per power of two. */
+   * emptied slab would): the slab must get it zeroed. */
   bin_t *bin = &a->bins[ind];
   size_t bytes = bin_info[ind].bm_words * sizeof(uint64_t);
   if (bin->bm_spare == NULL) {
     void *o;
-    unsigned pool = META_POOL_BITMAP0 + (bytes <= 16 ? 4 : 64 - (unsigned)__builtin_clzll(bytes - 1)) - 4;
-    CHECK_EQ(meta_pool_get(pool, &o, 1), 1);
+    CHECK_EQ(meta_pool_get(slab_bitmap_pool(ind), &o, 1), 1);
     bin->bm_spare = o;
   }
   memset(bin->bm_spare, 0xff, bytes);
@@ -175,6 +176,29 @@ static void free_interior_full(void) {
   if (whole_slab_in(buf, n, ind, &first) == NULL) _exit(0);
   void *q = (char *)buf[first] + 8;
   bin_dalloc_batch(a, ind, &q, 1);
+}
+
+/* Every class's bitmap block holds its bitmap and wastes under a third of the block; the
+ * 48-byte class (Redis's embedded strings: 1,365 regions, 176 bytes) under a tenth (it had
+ * 256-byte blocks, 31% waste, with power-of-two pools only). Two classes of one block size
+ * share a pool. */
+static void test_bitmap_blocks_fit_their_bitmaps(void) {
+  for (szind_t ind = 1; ind <= SZ_NSMALL; ind++) {
+    size_t bytes = bin_info[ind].bm_words * sizeof(uint64_t), block = slab_bitmap_block(ind);
+    CHECK(slab_bitmap_pool(ind) >= META_POOL_BITMAP0 && slab_bitmap_pool(ind) < META_NPOOLS);
+    CHECK(block >= bytes && block % 16 == 0);
+    CHECK((block - bytes) * 3 < block || block == 16);
+    for (szind_t j = 1; j <= SZ_NSMALL; j++)
+      CHECK((slab_bitmap_pool(j) == slab_bitmap_pool(ind)) == (slab_bitmap_block(j) == block));
+  }
+  szind_t i48 = sz_size2index(48);
+  size_t b48 = bin_info[i48].bm_words * sizeof(uint64_t);
+  CHECK((slab_bitmap_block(i48) - b48) * 10 < slab_bitmap_block(i48));
+  /* The pool hands out blocks of that size: at multiples of it within their page. */
+  void *o[2];
+  CHECK_EQ(meta_pool_get(slab_bitmap_pool(i48), o, 2), 2);
+  for (int k = 0; k < 2; k++) CHECK((uintptr_t)o[k] % os_page % slab_bitmap_block(i48) == 0);
+  meta_pool_put(slab_bitmap_pool(i48), o, 2);
 }
 
 static void test_bad_frees_into_full_slab_abort(void) {
@@ -225,6 +249,93 @@ static void test_bitmap_pool_exhausted_never_fails_a_free(void) {
   CHECK_EQ(bin->curregs, 0);
 }
 
+/* Links buf[0..n) into a cache-style chain (each link encoded with its slot's tag). */
+static void *chain_of(void **buf, unsigned n) {
+  for (unsigned i = 0; i + 1 < n; i++) LINK_SET(buf[i], buf[i + 1]);
+  LINK_SET(buf[n - 1], NULL);
+  return buf[0];
+}
+
+/* bin_flush_local as the cache calls it: *pp moves on; returns how many it took. */
+static uint32_t flush_local(arena_t *ar, szind_t ind, void **pp, uint32_t n) {
+  uint32_t done;
+  *pp = bin_flush_local(ar, ind, ind, *pp, n, &done);
+  return done;
+}
+
+/* A cache's flush of its own arena's regions (bin_flush_local, tcache.c's flush): every
+ * region's bit is set in one walk, slabs left empty leave the bin (only the current one
+ * and a spare stay), and the walk stops, taking nothing more, at a region of another
+ * arena, a region freed twice, an interior pointer or another class's region, so that
+ * the general path behind it reports or routes that one. */
+static void test_flush_local_takes_own_regions_and_stops_at_others(void) {
+  szind_t ind = sz_size2index(64), other = sz_size2index(128);
+  unsigned per = bin_info[ind].nregs;
+  bin_t *bin = &a->bins[ind];
+  static void *buf[4 * 1024 + 8];
+  CHECK(4 * per <= 4 * 1024);
+  unsigned n = bin_fill(a, ind, buf, 4 * per);
+  CHECK_EQ(n, 4 * per);
+  size_t curregs = bin->curregs;
+  /* Every other region first (the half-free pattern: each slab is met twice). */
+  static void *order[4 * 1024 + 8];
+  unsigned k = 0;
+  for (unsigned i = 0; i < n; i += 2) order[k++] = buf[i];
+  for (unsigned i = 1; i < n; i += 2) order[k++] = buf[i];
+  void *p = chain_of(order, n);
+  CHECK_EQ(flush_local(a, ind, &p, n), n);
+  CHECK(p == NULL);
+  CHECK_EQ(bin->curregs, curregs - n);
+  CHECK(bin->curslabs <= 2); /* the current slab and one spare */
+  for (unsigned i = 0; i < n; i++) {
+    edata_t *s = slab_of(buf[i]);
+    if (s == NULL) continue; /* released to the extents */
+    uint64_t regind = ((uintptr_t)buf[i] - s->addr) / sz_size[ind];
+    CHECK(s->bitmap != NULL && (s->bitmap[regind / 64] >> (regind % 64) & 1));
+  }
+
+  /* Stops: another arena's region, a double free, an interior pointer, another class. */
+  void *mine[8], *theirs = NULL, *cls;
+  CHECK_EQ(bin_fill(a, ind, mine, 8), 8);
+  arena_t *b = narenas > 1 ? arena_get(narenas - 2) : NULL;
+  if (b != NULL) CHECK_EQ(bin_fill(b, ind, &theirs, 1), 1);
+  CHECK_EQ(bin_fill(a, other, &cls, 1), 1);
+  curregs = bin->curregs;
+  if (b != NULL) {
+    void *c[4] = {mine[0], mine[1], theirs, mine[2]};
+    p = chain_of(c, 4);
+    CHECK_EQ(flush_local(a, ind, &p, 4), 2);
+    CHECK(p == theirs);
+    CHECK_EQ(bin->curregs, curregs - 2);
+    bin_dalloc_batch(b, ind, &theirs, 1);
+    curregs -= 2;
+  } else {
+    void *c[2] = {mine[0], mine[1]};
+    p = chain_of(c, 2);
+    CHECK_EQ(flush_local(a, ind, &p, 2), 2);
+    curregs -= 2;
+  }
+  void *twice[3] = {mine[3], mine[0], mine[4]}; /* mine[0] went back above */
+  p = chain_of(twice, 3);
+  CHECK_EQ(flush_local(a, ind, &p, 3), 1);
+  CHECK(p == mine[0]);
+  void *inner[2] = {mine[5], (char *)mine[6] + 16};
+  LINK_SET(inner[0], inner[1]);
+  p = inner[0];
+  CHECK_EQ(flush_local(a, ind, &p, 2), 1);
+  CHECK(p == inner[1]);
+  void *mixed[2] = {mine[7], cls};
+  p = chain_of(mixed, 2);
+  CHECK_EQ(flush_local(a, ind, &p, 2), 1);
+  CHECK(p == cls);
+  CHECK_EQ(bin->curregs, curregs - 3);
+  bin_dalloc_batch(a, ind, &mine[2], 1);
+  bin_dalloc_batch(a, ind, &mine[4], 1); /* behind the stop: never reached */
+  bin_dalloc_batch(a, ind, &mine[6], 1);
+  bin_dalloc_batch(a, other, &cls, 1);
+  CHECK_EQ(bin->curregs, 0);
+}
+
 /* Threads fill and free regions of one bin at once, each freeing blocks another thread
  * took (slabs fill up, drop their bitmaps and regain them under contention): every
  * region handed out is distinct and untouched by others, and the bin ends balanced. */
@@ -271,21 +382,32 @@ static void test_concurrent_frees_into_full_slabs(void) {
   CHECK_EQ(a->bins[ind].curregs, before);
 }
 
-/* A new arena faults in none of its bins' pages until a class is used, statistics read
- * or not: the oversize arena, and an arena whose threads use a few classes, stay small. */
-static void test_new_arena_leaves_unused_bins_untouched(void) {
+/* THP "always": metadata may sit on huge pages, so residency checks say nothing. */
+static bool thp_always(void) {
   char thp[128] = {0};
   int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY);
   if (fd >= 0) {
     if (read(fd, thp, sizeof(thp) - 1) < 0) thp[0] = 0;
     close(fd);
   }
-  if (strstr(thp, "[always]")) {
+  return strstr(thp, "[always]") != NULL;
+}
+
+/* The first arena index not created yet; narenas when every one is. */
+static unsigned first_unused_arena(void) {
+  unsigned ind = 0;
+  while (ind < narenas && __atomic_load_n(&arenas[ind], __ATOMIC_ACQUIRE) != NULL) ind++;
+  return ind;
+}
+
+/* A new arena faults in none of its bins' pages until a class is used, statistics read
+ * or not: the oversize arena, and an arena whose threads use a few classes, stay small. */
+static void test_new_arena_leaves_unused_bins_untouched(void) {
+  if (thp_always()) {
     printf("skip test_new_arena_leaves_unused_bins_untouched: THP always (metadata may be huge pages)\n");
     return;
   }
-  unsigned ind = 0;
-  while (ind < narenas && __atomic_load_n(&arenas[ind], __ATOMIC_ACQUIRE) != NULL) ind++;
+  unsigned ind = first_unused_arena();
   if (ind == narenas) {
     printf("skip test_new_arena_leaves_unused_bins_untouched: every arena is in use\n");
     return;
@@ -314,6 +436,56 @@ static void test_new_arena_leaves_unused_bins_untouched(void) {
   CHECK(res >= 1 && res <= 2);
 }
 
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__) || \
+    __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define UNDER_SANITIZER 1
+#else
+#define UNDER_SANITIZER 0
+#endif
+
+/* Resident KiB of the whole process, counted by a page-table walk (smaps_rollup): exact, and
+ * it leaves out pages that were only read (mapped to the shared zero page), which mincore
+ * would count. -1 if unreadable. */
+static long rollup_rss_kb(void) {
+  static char buf[4096];
+  int fd = open("/proc/self/smaps_rollup", O_RDONLY);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  char *r = strstr(buf, "\nRss:");
+  return r ? strtol(r + 5, NULL, 10) : -1;
+}
+
+/* A statistics refresh (Redis's cron writes "epoch" ten times a second) stores only the
+ * words of a snapshot record that are not zero: a new arena's 19 KiB record costs the page
+ * or two of its header, not 5 pages (all were written before s5-redisrss). */
+static void test_statistics_refresh_leaves_zero_pages_of_a_record_untouched(void) {
+  if (thp_always() || rollup_rss_kb() < 0 || UNDER_SANITIZER) {
+    printf("skip test_statistics_refresh_leaves_zero_pages_of_a_record_untouched: THP always, no "
+           "smaps_rollup, or a sanitizer (its shadow pages count in RSS)\n");
+    return;
+  }
+  unsigned ind = first_unused_arena();
+  if (ind == narenas) {
+    printf("skip test_statistics_refresh_leaves_zero_pages_of_a_record_untouched: every arena is in use\n");
+    return;
+  }
+  ctl_refresh(); /* the records of the arenas there are, and the merged one */
+  CHECK(arena_get(ind) != NULL);
+  long before = rollup_rss_kb();
+  for (int k = 0; k < 3; k++) ctl_refresh(); /* the new arena's record: created and filled */
+  long grew = rollup_rss_kb() - before;
+  CHECK(ctl_snap_record(ind) != NULL && ((const ctl_arena_stats_t *)ctl_snap_record(ind))->initialized);
+  if (grew * 1024 >= (long)sizeof(ctl_arena_stats_t) / 2)
+    printf("a refresh made %ld KiB resident (record: %zu bytes)\n", grew, sizeof(ctl_arena_stats_t));
+  CHECK(grew * 1024 < (long)sizeof(ctl_arena_stats_t) / 2);
+}
+
 int main(void) {
   if (strata_init()) return 1;
   printf("unit: slab\n");
@@ -322,8 +494,11 @@ int main(void) {
   RUN(test_empty_slabs_return_to_extents);
   RUN(test_double_and_interior_frees_abort);
   RUN(test_full_slab_drops_bitmap_and_regains_it);
+  RUN(test_flush_local_takes_own_regions_and_stops_at_others);
   RUN(test_bad_frees_into_full_slab_abort);
   RUN(test_bitmap_pool_exhausted_never_fails_a_free);
+  RUN(test_bitmap_blocks_fit_their_bitmaps);
+  RUN(test_statistics_refresh_leaves_zero_pages_of_a_record_untouched);
   RUN(test_concurrent_frees_into_full_slabs);
   RUN(test_new_arena_leaves_unused_bins_untouched);
   UNIT_EXIT();

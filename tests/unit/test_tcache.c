@@ -215,6 +215,67 @@ static void test_large_allocations_drive_gc(void) {
   CHECK_EQ(left[1], 0);
 }
 
+/* A thread that allocated TCACHE_GC_BYTES above tcache_max fills a small class for the
+ * first time with 4 KiB's worth (tcache_large_tick), doubling on the next misses; a thread
+ * without such traffic still gets half the bin. */
+static void *lean_body(void *arg) {
+  size_t *out = arg;
+  strata_free(strata_malloc(1024)); /* the thread's cache */
+  if (out[0]) { /* large traffic first */
+    size_t big = opt.tcache_max + 1;
+    for (size_t done = 0; done < TCACHE_GC_BYTES; done += big) strata_free(strata_malloc(big));
+  }
+  szind_t ind = sz_size2index(256);
+  strata_free(strata_malloc(256)); /* the first fill, then the block back */
+  out[1] = tbin_count(bin_of(ind), ind);
+  out[2] = strata_tsd.tcache->fill[ind]; /* the next miss's fill */
+  return NULL;
+}
+
+static void test_large_traffic_thread_fills_small_classes_lean(void) {
+  szind_t ind = sz_size2index(256);
+  size_t half = tbin_max[ind] / 2, lean = ((size_t)4 << 10) / 256;
+  CHECK(2 * lean < half);
+  size_t lean_run[3] = {1, 0, 0}, full_run[3] = {0, 0, 0};
+  pthread_t t;
+  pthread_create(&t, NULL, lean_body, lean_run);
+  pthread_join(t, NULL);
+  pthread_create(&t, NULL, lean_body, full_run);
+  pthread_join(t, NULL);
+  printf("     256 B first fill: %zu with large traffic, %zu without\n", lean_run[1], full_run[1]);
+  CHECK_EQ(lean_run[1], lean);
+  CHECK_EQ(lean_run[2], 2 * lean); /* doubles on the next miss */
+  CHECK_EQ(full_run[1], half);
+}
+
+/* Large classes are cached by bytes: 8 blocks of 16 KiB (128 KiB), 4 of 32 KiB (the
+ * least). Eight 16 KiB blocks freed in a row all stay in the thread's bin: no extent
+ * operation (nlarge_dalloc unchanged), and the next eight mallocs take them back. */
+static void test_large_bins_hold_their_bytes(void) {
+  szind_t i16 = sz_size2index(16384), i32 = sz_size2index(32768);
+  if (i32 >= tcache_nbins) {
+    printf("     tcache_max below 32 KiB: skipped\n");
+    return;
+  }
+  CHECK(i16 > SZ_NSMALL);
+  CHECK_EQ(tbin_max[i16], 8);
+  CHECK_EQ(tbin_max[i32], 4);
+  tbin_t *b = bin_of(i16);
+  void *p[8];
+  for (unsigned k = 0; k < 8; k++) p[k] = strata_malloc(16384);
+  while (tbin_count(b, i16) > 0) (void)strata_malloc(16384); /* leaks at most a few: empties the bin */
+  arena_t *a = strata_tsd.tcache->arena;
+  uint64_t before = a->nlarge_dalloc;
+  for (unsigned k = 0; k < 8; k++) strata_free(p[k]);
+  CHECK_EQ(tbin_count(b, i16), 8);
+  CHECK_EQ(a->nlarge_dalloc, before);
+  for (unsigned k = 0; k < 8; k++) {
+    void *q = strata_malloc(16384);
+    CHECK(q == p[7 - k]); /* LIFO */
+  }
+  for (unsigned k = 0; k < 8; k++) strata_free(p[k]);
+}
+
 int main(void) {
   if (strata_init()) return 1;
   printf("unit: tcache\n");
@@ -226,5 +287,7 @@ int main(void) {
   RUN(test_first_free_of_a_thread_is_not_cached);
   RUN(test_global_cap_bounds_cached_bytes);
   RUN(test_large_allocations_drive_gc);
+  RUN(test_large_traffic_thread_fills_small_classes_lean);
+  RUN(test_large_bins_hold_their_bytes);
   UNIT_EXIT();
 }

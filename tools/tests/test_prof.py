@@ -199,11 +199,21 @@ def test_prof_signal_dumps_without_code_changes(build_dir, tmp_path):
     lib, (prog,) = _need(build_dir, "prof_leak")
     env = dict(os.environ, LD_PRELOAD=lib,
                MALLOC_CONF=f"prof:true,prof_signal:SIGUSR2,prof_prefix:{tmp_path}/sig")
-    p = subprocess.Popen([prog, "400000"], env=env, stdout=subprocess.DEVNULL)
-    time.sleep(0.5)
+    # Runs far longer than the test (killed below): the dump must not race the program's
+    # exit on a loaded machine (400,000 rounds, 0.8 s alone, once ended first under CI load).
+    p = subprocess.Popen([prog, "100000000"], env=env, stdout=subprocess.DEVNULL)
+    # Signal once the handler is installed (SigCgt), not after a guessed delay: before it,
+    # SIGUSR2's default action would end the program.
+    bit = 1 << (signal.SIGUSR2 - 1)
+    for _ in range(200):
+        with open(f"/proc/{p.pid}/status") as st:
+            cgt = next(int(l.split()[1], 16) for l in st if l.startswith("SigCgt:"))
+        if cgt & bit:
+            break
+        time.sleep(0.05)
     p.send_signal(signal.SIGUSR2)
     found = []
-    for _ in range(100):
+    for _ in range(200):
         found = list(tmp_path.glob("sig.*.m0.heap"))
         if found and found[0].stat().st_size > 0:
             break
