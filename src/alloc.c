@@ -348,6 +348,14 @@ static NOINLINE void free_slow_large(void *p, edata_t *ed, szind_t ind, bool use
 extern __typeof(strata_malloc) strata_malloc_entry __attribute__((alias("strata_malloc"), visibility("hidden"), malloc));
 
 #if defined(__x86_64__)
+/* Stores into strata's own text, in asm: a sanitizer would check (TSan: write) the shadow
+ * of a code address, which it does not map (the prefixed TSan build crashed there). An
+ * aligned 8-byte mov is atomic on x86, as the release store it replaces. */
+static void text_store8(uint64_t *q, uint64_t v) { __asm__ volatile("movq %1, %0" : "=m"(*q) : "r"(v) : "memory"); }
+static void text_copy(uint8_t *at, const uint8_t *src, size_t n) {
+  for (size_t i = 0; i < n; i++) __asm__ volatile("movb %1, %0" : "=m"(at[i]) : "q"(src[i]) : "memory");
+}
+
 static bool cas16(volatile void *p, uint64_t olo, uint64_t ohi, uint64_t nlo, uint64_t nhi) {
   bool ok;
   __asm__ volatile("lock cmpxchg16b %1"
@@ -376,14 +384,14 @@ int prof_entry_patch(void) {
   if (off8 <= 3) {
     uint64_t *q = (uint64_t *)((uintptr_t)at - off8), v = *q;
     memcpy((uint8_t *)&v + off8, jmp, 5);
-    __atomic_store_n(q, v, __ATOMIC_RELEASE);
+    text_store8(q, v);
   } else if (off16 <= 11) {
     uint64_t *q = (uint64_t *)((uintptr_t)at - off16), w[2] = {q[0], q[1]}, n[2];
     memcpy(n, w, 16);
     memcpy((uint8_t *)n + off16, jmp, 5);
-    if (!cas16(q, w[0], w[1], n[0], n[1])) memcpy(at, jmp, 5); /* cannot fail: single writer */
+    if (!cas16(q, w[0], w[1], n[0], n[1])) text_copy(at, jmp, 5); /* cannot fail: single writer */
   } else {
-    memcpy(at, jmp, 5); /* never with 16-byte aligned functions; init is single-threaded */
+    text_copy(at, jmp, 5); /* never with 16-byte aligned functions; init is single-threaded */
   }
   int err = mprotect((void *)pg, len, PROT_READ | PROT_EXEC) != 0 ? (errno ? errno : EACCES) : 0;
   return err ? -err : 0; /* -errno: patched, but the page stayed writable */
