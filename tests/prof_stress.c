@@ -508,8 +508,9 @@ TEST(test_prof_free_then_malloc_reuses_the_block) {
 
 /* Classes at both ends of malloc's lookup table (6 KiB: malloc_prof's pop; 20 KiB, cached
  * above the table: ialloc with prof:true) spend their bytes too. At a 16 KiB mean, 2,000 kept blocks each of 6 KiB and 20 KiB in rounds of 8
- * (7 freed): 625 (sd 21) and 1,427 (sd 20) samples expected. Checked against malloc_slow
- * popping those classes uncounted (0 samples of the 6 KiB blocks). */
+ * (7 freed): 625 (sd 21) and 1,427 (sd 20) samples expected. Checked against a
+ * malloc_prof that did not spend above 4 KiB (93 samples of the 6 KiB blocks) and, in the
+ * unpatched run (prof_nopatch), malloc_slow popping the 20 KiB class uncounted (705). */
 TEST(test_prof_classes_above_the_table_sample_at_the_rate) {
   enum { N = 2000, R = 8 };
   static void *b[2 * N];
