@@ -709,15 +709,35 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     if (t) edata_put(a, t);
     goto fresh;
   }
-  eset_remove(es, f);
-  /* Lead and trail keep f's age in the purge order. */
-  if (l) extent_carve(es, f, l, f->addr, lead, state);
-  if (t) extent_carve(es, f, t, body + size, trail, state);
-  if (has_lru(state)) lru_remove(es, f);
-  f->addr = body;
-  f->size = size;
+  if (l == NULL && t != NULL && h == NULL && psz_floor_fast(trail / os_page) == f->bucket) {
+    /* Only a trail, in f's bucket: f stays where it is as the trail (in its heap, whose
+     * order by address holds, no other extent lying inside f; at its age in the purge
+     * order) and t takes the front, which the caller registers. The slab and large
+     * extents cut from a big free extent (retained pages as the heap grows) skipped a
+     * heap removal and insertion, an LRU move and a boundary write: ~150 instructions of
+     * ~800 (issue 10, s6-xthread). */
+    unsigned b = f->bucket;
+    t->addr = f->addr;
+    t->size = size;
+    t->zeroed = state == ES_MUZZY ? 0 : f->zeroed; /* MADV_FREE pages may keep their contents */
+    t->committed = f->committed;
+    f->addr += size;
+    f->size = trail;
+    rtree_write(f->addr, rt_make(f, 0, 0)); /* its last page's entry names f already */
+    __atomic_store_n(&es->npages, es->npages - size / os_page, __ATOMIC_RELAXED);
+    es->bpages[b] -= size / os_page;
+    f = t;
+  } else {
+    eset_remove(es, f);
+    /* Lead and trail keep f's age in the purge order. */
+    if (l) extent_carve(es, f, l, f->addr, lead, state);
+    if (t) extent_carve(es, f, t, body + size, trail, state);
+    if (has_lru(state)) lru_remove(es, f);
+    f->addr = body;
+    f->size = size;
+    if (state == ES_MUZZY) f->zeroed = 0; /* MADV_FREE pages may keep their contents */
+  }
   f->state = ES_ACTIVE;
-  if (state == ES_MUZZY) f->zeroed = 0; /* MADV_FREE pages may keep their contents */
   sassert(f->addr % align == 0);
   if (0) {
   fresh:

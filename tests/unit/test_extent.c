@@ -269,6 +269,43 @@ static void test_arena_takes_another_arenas_dirty_pages(void) {
   purge_ordinary();
 }
 
+/* A request cut from the front of a bigger free extent whose rest stays in the same
+ * bucket leaves that extent's edata in its set as the rest (its address moved up, its
+ * age kept); the request gets a new edata (issue 10, s6-xthread: no heap removal and
+ * insertion). The rest coalesces with the request again when it is freed. */
+static void test_front_cut_keeps_the_free_edata_as_the_rest(void) {
+  arena_t *x = arena_get(1);
+  purge_ordinary();
+  mtx_lock(&x->elock);
+  edata_t *e = extent_alloc(x, 1000 * os_page, os_page);
+  CHECK(e != NULL);
+  if (e == NULL) {
+    mtx_unlock(&x->elock);
+    return;
+  }
+  uintptr_t addr = e->addr;
+  extent_dalloc(x, e);
+  edata_t *fe = entry_edata(addr);
+  CHECK(fe != NULL && fe->state == ES_DIRTY && fe->size == 1000 * os_page);
+  CHECK_EQ(psz_floor_fast(996), psz_floor_fast(1000)); /* the rest's bucket is the same */
+  edata_t *g = extent_alloc(x, 4 * os_page, os_page);
+  CHECK(g != NULL && g->addr == addr && g->size == 4 * os_page && g->state == ES_ACTIVE);
+  CHECK(g != fe);
+  CHECK(entry_edata(addr + 4 * os_page) == fe && entry_edata(addr + 999 * os_page) == fe);
+  CHECK(fe->addr == addr + 4 * os_page && fe->size == 996 * os_page && fe->state == ES_DIRTY);
+  CHECK_EQ(x->dirty.npages, 996);
+  CHECK(x->dirty.lru_head == fe);
+  edata_t *h = extent_alloc(x, 8 * os_page, os_page); /* the rest is found again */
+  CHECK(h != NULL && h->addr == addr + 4 * os_page);
+  if (h) extent_dalloc(x, h);
+  if (g) extent_dalloc(x, g);
+  edata_t *w = entry_edata(addr);
+  CHECK(w != NULL && w->state == ES_DIRTY && w->addr == addr && w->size == 1000 * os_page);
+  CHECK_EQ(x->dirty.npages, 1000);
+  mtx_unlock(&x->elock);
+  purge_ordinary();
+}
+
 /* Muzzy pages (purged lazily) move too, when no arena has dirty pages that fit. */
 static void test_arena_takes_another_arenas_muzzy_pages(void) {
   arena_t *x = arena_get(1), *y = arena_get(2);
@@ -631,6 +668,7 @@ int main(void) {
   RUN(test_huge_request_gathers_freed_blocks);
   RUN(test_arena_takes_another_arenas_dirty_pages);
   RUN(test_arena_takes_another_arenas_muzzy_pages);
+  RUN(test_front_cut_keeps_the_free_edata_as_the_rest);
   RUN(test_arena_passes_over_a_locked_arena);
   RUN(test_fragmented_dirty_pages_give_way);
   RUN(test_fragments_under_the_share_stay);
