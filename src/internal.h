@@ -323,6 +323,7 @@ HIDDEN size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool 
 HIDDEN extern size_t extent_resident_pages;
 /* Times an ordinary arena took another's dirty or muzzy pages (extent.c, extent_steal). */
 HIDDEN extern uint64_t extent_nsteals;
+HIDDEN extern uint64_t extent_nsteal_locks; /* other arenas' elocks extent_steal took to look */
 HIDDEN extern uint64_t extent_nfrag_purges; /* fragmented dirty pages purged before fresh ones */
 HIDDEN void extent_register(edata_t *e, unsigned szind, bool slab); /* boundary (or all, for slabs) */
 HIDDEN void extent_deregister_interior(edata_t *e);

@@ -191,7 +191,7 @@ static inline __attribute__((always_inline)) void flush_batch(tbin_t *b, szind_t
   }
   /* One bin lock per owning arena (usually one). */
   for (unsigned r = 0; r < sc.nruns; r++) {
-    if (runs[r].slab) bin_dalloc_runs(arena_of(runs[r].slab), ind, runs, sc.nruns);
+    if (runs[r].slab) bin_dalloc_runs(arena_of(runs[r].slab), ind, runs + r, sc.nruns - r); /* runs before r: done */
   }
 }
 

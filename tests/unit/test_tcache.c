@@ -78,6 +78,42 @@ static void test_thread_exit_flushes_cache(void) {
   CHECK_EQ(small_curregs(ind), before);
 }
 
+/* A flush whose regions belong to two arenas returns every region to its owner: the
+ * flush visits each owner's runs from the first of that owner on (flush_batch, issue 10
+ * s6-xthread), so no run may be left out. This thread (arena 1) frees its own blocks
+ * and another thread's (arena 2) alternately, overflowing its bin several times. */
+#define MIX_N 500
+#define MIX_SIZE 256
+static void *alloc_in_arena_2(void *arg) {
+  void **ptrs = arg;
+  unsigned want = 2;
+  CHECK_EQ(au_thread_arena(NULL, 0, NULL, NULL, &want, sizeof want), 0);
+  for (int i = 0; i < MIX_N; i++) ptrs[i] = strata_malloc(MIX_SIZE);
+  return NULL;
+}
+
+static void test_mixed_owner_flush_returns_every_region(void) {
+  szind_t ind = sz_size2index(MIX_SIZE);
+  unsigned want = 1, old = 0;
+  size_t oldlen = sizeof old;
+  CHECK_EQ(au_thread_arena(NULL, 0, &old, &oldlen, &want, sizeof want), 0);
+  tcache_flush_all(strata_tsd.tcache);
+  size_t before = small_curregs(ind);
+  static void *mine[MIX_N], *theirs[MIX_N];
+  pthread_t t;
+  pthread_create(&t, NULL, alloc_in_arena_2, theirs);
+  pthread_join(t, NULL); /* its cache went back at exit; its blocks are live */
+  for (int i = 0; i < MIX_N; i++) mine[i] = strata_malloc(MIX_SIZE);
+  CHECK(tbin_max[ind] < MIX_N); /* the frees below overflow the bin */
+  for (int i = 0; i < MIX_N; i++) {
+    strata_free(mine[i]);
+    strata_free(theirs[i]);
+  }
+  tcache_flush_all(strata_tsd.tcache);
+  CHECK_EQ(small_curregs(ind), before);
+  CHECK_EQ(au_thread_arena(NULL, 0, NULL, NULL, &old, sizeof old), 0);
+}
+
 /* Hoard's cache-scratch: a thread whose first call frees a block allocated by another
  * thread (next to other threads' blocks) must not get that block back from its next
  * malloc of the same size, or it writes to a cache line other threads write to. */
@@ -285,6 +321,7 @@ int main(void) {
   RUN(test_thread_exit_flushes_cache);
   RUN(test_thread_counters_are_exact);
   RUN(test_first_free_of_a_thread_is_not_cached);
+  RUN(test_mixed_owner_flush_returns_every_region);
   RUN(test_global_cap_bounds_cached_bytes);
   RUN(test_large_allocations_drive_gc);
   RUN(test_large_traffic_thread_fills_small_classes_lean);
