@@ -217,7 +217,7 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
 
 /* ---------------------------------------------------------------- malloc / free */
 /* malloc's general path: ialloc (which counts the bytes with prof:true). */
-static NOINLINE void *malloc_general(size_t size) {
+static inline __attribute__((always_inline)) void *malloc_general(size_t size) {
   tsd_t *tsd = tsd_fetch();
   szind_t ind = sz_size2index(size);
   void *p = (tsd && ind) ? ialloc(tsd, ind, false, true, NULL) : NULL;
