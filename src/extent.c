@@ -170,9 +170,8 @@ static void eset_insert(eset_t *es, edata_t *e) {
   unsigned b = psz_floor_fast(np);
   e->bucket = (uint8_t)b;
   ph_insert(&es->heaps[b], &e->ph);
-  /* Atomic stores (under the elock) so that extent_steal may read the words without it. */
+  /* Atomic stores (under the elock): extent_steal reads both without it. */
   __atomic_store_n(&es->nonempty[b / 64], es->nonempty[b / 64] | (uint64_t)1 << (b % 64), __ATOMIC_RELAXED);
-  /* Written atomically (under the elock) so that extent_steal may read it without it. */
   __atomic_store_n(&es->npages, es->npages + np, __ATOMIC_RELAXED);
   es->nextents[b]++;
   es->bpages[b] += np;

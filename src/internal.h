@@ -793,10 +793,10 @@ HIDDEN void bg_postfork_child(void);
  * Heap profiling. With opt.prof (fixed at start) strata_malloc's entry is patched into a
  * jump to malloc_prof (prof_entry_patch); unpatched, its fast path reads its class from
  * sz_malloc_lookup, which then holds 0 (bin 0 is always empty), so every malloc goes to
- * malloc_prof through malloc_slow. malloc_prof pops the real class's bin (LIFO, the bin free pushes
- * onto), spends the usable size from the thread's byte countdown (prof_cdn) and leaves for
- * the sampling path only when that crosses zero (jemalloc's byte threshold). Every other
- * allocation path counts its bytes with prof_take. Frees are prof:false's; a sampled
+ * malloc_prof through malloc_slow. malloc_prof pops the real class's bin (LIFO, the bin
+ * free pushes onto), spends the usable size from the thread's byte countdown (prof_cdn)
+ * and leaves for the sampling path only when that crosses zero (jemalloc's byte
+ * threshold). Every other allocation path counts its bytes (prof_alloc, prof_take). Frees are prof:false's; a sampled
  * small block's granule carries class 0 so that its free takes the slow path; see
  * prof.c. With prof:false nothing here runs.
  */

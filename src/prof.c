@@ -4,13 +4,14 @@
  * signal, exit) and the prof mallctls. The writers are in prof_dump.c.
  *
  * Sampling: jemalloc's byte countdown. Each thread counts every allocated byte down from
- * an exponential interval of mean 2^lg_prof_sample (prof_cdn, negated); an allocation that reaches
- * zero within its bytes is sampled and a new interval starts, so each block of size s is
- * sampled with probability 1 - exp(-s/rate). With prof:true prof_boot patches malloc's
- * entry into a jump to malloc_prof (alloc.c; where it cannot, malloc's fast path misses to
- * it on its all-0 table, sz_malloc_lookup), which pops the real class's bin and spends the bytes, leaving for the
- * sampling path only when the countdown would cross zero; every other allocation path
- * calls prof_take. Frees are prof:false's: LIFO onto the same bins, so a block freed now is
+ * an exponential interval of mean 2^lg_prof_sample (prof_cdn, negated); an allocation
+ * that reaches zero within its bytes is sampled and a new interval starts, so each block
+ * of size s is sampled with probability 1 - exp(-s/rate). With prof:true prof_boot
+ * patches malloc's entry into a jump to malloc_prof (alloc.c; where it cannot, malloc's
+ * fast path misses to it on its all-0 table, sz_malloc_lookup), which pops the real
+ * class's bin and spends the bytes, leaving for the sampling path only when the countdown
+ * would cross zero; every other allocation path counts its bytes (prof_alloc in ialloc,
+ * prof_take elsewhere). Frees are prof:false's: LIFO onto the same bins, so a block freed now is
  * the next one malloc gets (an earlier design reserved cached bytes against per-class
  * countdowns and kept frees in separate stash bins, which cost the cache misses of FIFO-like
  * reuse; docs/design.md). A sampled small block's granule carries class 0 in the rtree while
@@ -317,10 +318,10 @@ static void live_remove(live_t *e) {
 
 /* ---------------------------------------------------------------- routing (prof_lock held) */
 /* A sampled small block's granule carries class 0 in the rtree while the block lives, so
- * that its free leaves the fast path and reaches prof_free_sampled; the other blocks of that granule take the slow
- * path meanwhile (prof_maybe_sampled sends them on without the lock unless their slab
- * holds a sample). Changed only under prof_lock: a sample and a sampled free of the same
- * granule cannot interleave. */
+ * that its free leaves the fast path and reaches prof_free_sampled; the other blocks of
+ * that granule take the slow path meanwhile (prof_free_sampled sends them on without the
+ * lock unless the live set may hold them: live_maybe). Changed only under prof_lock: a
+ * sample and a sampled free of the same granule cannot interleave. */
 static void gran_poison(edata_t *ed, uintptr_t p) {
   if (!ed->slab) return;
   rtree_write(p & ~(GRAN - 1), rt_make(ed, 0, 1));
@@ -658,7 +659,8 @@ void prof_boot(void) {
   /* strata_malloc's entry becomes a jump to malloc_prof (alloc.c says why it is safe here:
    * init_lock is held and strata is not ready). Unpatched, the zero table still sends
    * every malloc to malloc_prof, through malloc's failed fast path. */
-  if (prof_on && !(getenv("STRATA_PROF_NOPATCH") && getenv("STRATA_PROF_NOPATCH")[0] == '1')) {
+  const char *nopatch = getenv("STRATA_PROF_NOPATCH");
+  if (prof_on && !(nopatch && nopatch[0] == '1')) {
     int r = prof_entry_patch();
     prof_entry_state = r <= 0 ? 1 : -r;
     if (opt.confirm_conf) {

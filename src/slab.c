@@ -346,15 +346,6 @@ void bin_dalloc_runs(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns) 
   arena_maybe_purge(a);
 }
 
-/* A thread cache's flush of regions of its own arena, in one walk under the bin lock:
- * each region is checked (a region start of a slab of class rt_ind in the used part) and
- * its bit set as it is met, the page map read once per slab change. Flushes otherwise
- * walked the chain twice, once to cut it into runs (tcache.c, flush_scan) and once to set
- * the bits (bin_dalloc_runs_locked): 50 instructions a region, a third of wl_halffree's
- * allocator time. Stops at the first region it does not take (another arena's slab, a
- * full slab whose bitmap cannot come back, anything that fails a check), sets *done to
- * how many it took and returns that region (the caller's general path takes the rest and
- * reports what is wrong), else the link after the n-th (bin_flush_local, below). */
 /* The walk of bin_flush_local, under the bin lock. Every region is tested for a region
  * start, power-of-two classes too: a cache link overwritten after a free can point into
  * a region, which free()'s alignment test never saw. */
@@ -404,6 +395,15 @@ static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szi
   return done;
 }
 
+/* A thread cache's flush of regions of its own arena, in one walk under the bin lock:
+ * each region is checked (a region start of a slab of class rt_ind in the used part) and
+ * its bit set as it is met, the page map read once per slab change. Flushes otherwise
+ * walked the chain twice, once to cut it into runs (tcache.c, flush_scan) and once to set
+ * the bits (bin_dalloc_runs_locked): 50 instructions a region, a third of wl_halffree's
+ * allocator time. Stops at the first region it does not take (another arena's slab, a
+ * full slab whose bitmap cannot come back, anything that fails a check), sets *done to
+ * how many it took and returns that region (the caller's general path takes the rest and
+ * reports what is wrong), else the link after the n-th. */
 void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, uint32_t n, uint32_t *donep) {
   bin_t *bin = &a->bins[ind];
   *donep = 0;
