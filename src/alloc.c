@@ -225,6 +225,11 @@ static inline __attribute__((always_inline)) void *malloc_general(size_t size) {
   return p;
 }
 
+/* malloc_prof's way out: malloc_general out of line, reached by a tail jump, so that
+ * malloc_prof keeps no stack frame (inlined, its saved registers cost every prof:true
+ * malloc 6 instructions: wl_churn 1.077 -> 1.044 prof:true/prof:false). */
+static NOINLINE void *malloc_prof_general(size_t size) { return malloc_general(size); }
+
 /* Heap profiling's malloc (prof.c). With prof:true strata_malloc's first instruction is a
  * jump here (prof_entry_patch, below); where the code cannot be patched, strata_malloc's
  * own fast path always misses to here instead (its table, sz_malloc_lookup, is all 0). The
@@ -251,7 +256,7 @@ static NOINLINE void *malloc_prof(size_t size) {
       }
     }
   }
-  return malloc_general(size);
+  return malloc_prof_general(size);
 }
 
 static NOINLINE void *malloc_slow(size_t size) {
