@@ -519,7 +519,16 @@ struct tcache_s {
   uint16_t fill[TCACHE_NBINS_MAX];
   size_t bytes;                  /* this cache's share of tcache_total */
   size_t gc_bytes;               /* uncached bytes allocated since the last byte-driven GC visit */
+  /* prof:true: malloc_prof keeps each bin's nmalloc biased by its class's sample countdown
+   * (prof_class_take): the bin's pops are nmalloc + prof_nm_off[ind] (tbin_nmalloc);
+   * prof_nm_gen is odd while the owner changes both (snap_tcaches reads other threads'). All
+   * 0 with prof:false. */
+  uint64_t prof_nm_off[TCACHE_NBINS_MAX];
+  uint32_t prof_nm_gen;
 };
+static inline uint64_t tbin_nmalloc(const tcache_t *tc, unsigned ind) {
+  return tc->bins[ind].nmalloc + tc->prof_nm_off[ind];
+}
 enum { TSD_NOMINAL = 0, TSD_ACTIVE, TSD_NOCACHE, TSD_DEAD };
 typedef struct {
   tcache_t *tcache;        /* never NULL: &tcache_empty until the thread has one */
@@ -822,6 +831,7 @@ HIDDEN int prof_entry_patch(void); /* alloc.c: strata_malloc jumps to malloc_pro
 HIDDEN extern int prof_entry_state; /* 1 patched, else 0 or -errno (prof_boot) */
 HIDDEN void prof_boot_late(void); /* after strata is ready: atexit, signal handler */
 HIDDEN void prof_take(size_t usize); /* every allocation but malloc_prof's pops: its bytes */
+HIDDEN bool prof_class_take(tcache_t *tc, szind_t ind); /* malloc_prof's pop left its fast path */
 /* ialloc's count of p (NULL: none), then its sample if it holds the point; reentrant held. */
 HIDDEN void prof_alloc(tsd_t *tsd, void *p, size_t usize);
 HIDDEN extern bool prof_want_thread;            /* the dump thread is to be created */
