@@ -232,7 +232,10 @@ static NOINLINE void *malloc_prof_general(size_t size) { return malloc_general(s
 
 /* malloc_prof's pop that left its fast path (prof_class_take): the block is popped and
  * counted as the fast path's, then recorded if it holds its class's sampling point. */
-static NOINLINE void *malloc_prof_class(size_t size, size_t ind) {
+static NOINLINE void *malloc_prof_class(size_t size) {
+  /* The class again, not passed: malloc_prof would keep it in a second register (a move
+   * on every prof:true malloc). */
+  size_t ind = __atomic_load_n(&sz_prof_tab.ind[(size + 7) >> 3], __ATOMIC_RELAXED);
   tsd_t *tsd = &strata_tsd;
   tcache_t *tc = tsd->tcache;
   tbin_t *b = &tc->bins[ind];
@@ -276,7 +279,7 @@ static NOINLINE void *malloc_prof(size_t size) {
         b->avail++;
         return p;
       }
-      return malloc_prof_class(size, ind);
+      return malloc_prof_class(size);
     }
   }
   return malloc_prof_general(size);
