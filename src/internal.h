@@ -229,11 +229,9 @@ static inline szind_t sz_lookup_read(size_t size) {
  * with prof:true (sz_init), so that every malloc misses bin 0 to malloc_slow's prof:true
  * entry; the same instructions as reading sz_lookup, at another address. */
 HIDDEN extern uint8_t sz_malloc_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
-/* malloc_prof's copy of sz_lookup and of the small classes' sizes, in one object so that one
- * base register reaches both (filled by sz_init with prof:true). */
+/* malloc_prof's copy of sz_lookup (filled by sz_init with prof:true). */
 typedef struct {
   uint8_t ind[(SZ_LOOKUP_MAX >> 3) + 1];
-  int64_t usize[SZ_NSMALL + 1] __attribute__((aligned(8)));
 } sz_prof_tab_t;
 HIDDEN extern sz_prof_tab_t sz_prof_tab;
 static inline szind_t sz_malloc_lookup_read(size_t size) {
@@ -803,9 +801,10 @@ HIDDEN void bg_postfork_child(void);
  * jump to malloc_prof (prof_entry_patch); unpatched, its fast path reads its class from
  * sz_malloc_lookup, which then holds 0 (bin 0 is always empty), so every malloc goes to
  * malloc_prof through malloc_slow. malloc_prof pops the real class's bin (LIFO, the bin
- * free pushes onto), spends the usable size from the thread's byte countdown (prof_cdn)
- * and leaves for the sampling path only when that crosses zero (jemalloc's byte
- * threshold). Every other allocation path counts its bytes (prof_alloc, prof_take). Frees are prof:false's; a sampled
+ * free pushes onto) and counts the pop on the bin's nmalloc, biased by the class's
+ * geometric countdown (prof_class_take), leaving for the sampling path only when that
+ * reaches zero. Every other allocation path counts its bytes on the thread's byte countdown
+ * (prof_cdn: prof_alloc, prof_take). Frees are prof:false's; a sampled
  * small block's granule carries class 0 so that its free takes the slow path; see
  * prof.c. With prof:false nothing here runs.
  */

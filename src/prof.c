@@ -9,9 +9,10 @@
  * of size s is sampled with probability 1 - exp(-s/rate). With prof:true prof_boot
  * patches malloc's entry into a jump to malloc_prof (alloc.c; where it cannot, malloc's
  * fast path misses to it on its all-0 table, sz_malloc_lookup), which pops the real
- * class's bin and spends the bytes, leaving for the sampling path only when the countdown
- * would cross zero; every other allocation path counts its bytes (prof_alloc in ialloc,
- * prof_take elsewhere). Frees are prof:false's: LIFO onto the same bins, so a block freed now is
+ * class's bin and counts the pop on the bin's nmalloc, biased by a per-class countdown of
+ * pops with the same law per block (prof_class_take, class_draw); it leaves for the
+ * sampling path only when that reaches zero. Every other allocation path counts its bytes
+ * (prof_alloc in ialloc, prof_take elsewhere). Frees are prof:false's: LIFO onto the same bins, so a block freed now is
  * the next one malloc gets (an earlier design reserved cached bytes against per-class
  * countdowns and kept frees in separate stash bins, which cost the cache misses of FIFO-like
  * reuse; docs/design.md). A sampled small block's granule carries class 0 in the rtree while
@@ -77,8 +78,7 @@ typedef struct {
   prof_thr_t *thr;       /* this thread's record in dumps, made at its first sample */
 } prof_tdata_t;
 static __thread prof_tdata_t prof_td __attribute__((tls_model("initial-exec")));
-/* The countdown itself is strata_tsd.prof_cdn, negated (malloc_prof, alloc.c, adds the size
- * and tests the sign: no separate compare), which malloc_prof spends in place. */
+/* The byte countdown itself is strata_tsd.prof_cdn, negated. */
 static inline int64_t cd_left(void) { return -strata_tsd.prof_cdn; }
 static inline void cd_set(int64_t left) { strata_tsd.prof_cdn = -left; }
 
