@@ -99,7 +99,16 @@ __attribute__((no_sanitize("thread"))) static void snap_tcaches(void) {
       const tbin_t *b = &tc->bins[i];
       size_t cached = tbin_max[i] - b->avail; /* not tbin_count: it would be instrumented */
       s->tcache_bytes += cached * sz_size[i];
-      if (i <= SZ_NSMALL) s->bins[i - 1].nrequests += b->nmalloc;
+      if (i > SZ_NSMALL) continue;
+      /* prof:true: nmalloc + prof_nm_off, both changed at a sample by the owner (odd gen). */
+      uint64_t n;
+      for (;;) {
+        uint32_t g = __atomic_load_n(&tc->prof_nm_gen, __ATOMIC_ACQUIRE);
+        n = b->nmalloc + tc->prof_nm_off[i];
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (!(g & 1) && g == __atomic_load_n(&tc->prof_nm_gen, __ATOMIC_RELAXED)) break;
+      }
+      s->bins[i - 1].nrequests += n;
     }
   }
   mtx_unlock(&tcache_list_lock);

@@ -229,11 +229,9 @@ static inline szind_t sz_lookup_read(size_t size) {
  * with prof:true (sz_init), so that every malloc misses bin 0 to malloc_slow's prof:true
  * entry; the same instructions as reading sz_lookup, at another address. */
 HIDDEN extern uint8_t sz_malloc_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
-/* malloc_prof's copy of sz_lookup and of the small classes' sizes, in one object so that one
- * base register reaches both (filled by sz_init with prof:true). */
+/* malloc_prof's copy of sz_lookup (filled by sz_init with prof:true). */
 typedef struct {
   uint8_t ind[(SZ_LOOKUP_MAX >> 3) + 1];
-  int64_t usize[SZ_NSMALL + 1] __attribute__((aligned(8)));
 } sz_prof_tab_t;
 HIDDEN extern sz_prof_tab_t sz_prof_tab;
 static inline szind_t sz_malloc_lookup_read(size_t size) {
@@ -519,7 +517,16 @@ struct tcache_s {
   uint16_t fill[TCACHE_NBINS_MAX];
   size_t bytes;                  /* this cache's share of tcache_total */
   size_t gc_bytes;               /* uncached bytes allocated since the last byte-driven GC visit */
+  /* prof:true: malloc_prof keeps each bin's nmalloc biased by its class's sample countdown
+   * (prof_class_take): the bin's pops are nmalloc + prof_nm_off[ind] (tbin_nmalloc);
+   * prof_nm_gen is odd while the owner changes both (snap_tcaches reads other threads'). All
+   * 0 with prof:false. */
+  uint64_t prof_nm_off[TCACHE_NBINS_MAX];
+  uint32_t prof_nm_gen;
 };
+static inline uint64_t tbin_nmalloc(const tcache_t *tc, unsigned ind) {
+  return tc->bins[ind].nmalloc + tc->prof_nm_off[ind];
+}
 enum { TSD_NOMINAL = 0, TSD_ACTIVE, TSD_NOCACHE, TSD_DEAD };
 typedef struct {
   tcache_t *tcache;        /* never NULL: &tcache_empty until the thread has one */
@@ -794,9 +801,10 @@ HIDDEN void bg_postfork_child(void);
  * jump to malloc_prof (prof_entry_patch); unpatched, its fast path reads its class from
  * sz_malloc_lookup, which then holds 0 (bin 0 is always empty), so every malloc goes to
  * malloc_prof through malloc_slow. malloc_prof pops the real class's bin (LIFO, the bin
- * free pushes onto), spends the usable size from the thread's byte countdown (prof_cdn)
- * and leaves for the sampling path only when that crosses zero (jemalloc's byte
- * threshold). Every other allocation path counts its bytes (prof_alloc, prof_take). Frees are prof:false's; a sampled
+ * free pushes onto) and counts the pop on the bin's nmalloc, biased by the class's
+ * geometric countdown (prof_class_take), leaving for the sampling path only when that
+ * reaches zero. Every other allocation path counts its bytes on the thread's byte countdown
+ * (prof_cdn: prof_alloc, prof_take). Frees are prof:false's; a sampled
  * small block's granule carries class 0 so that its free takes the slow path; see
  * prof.c. With prof:false nothing here runs.
  */
@@ -822,6 +830,7 @@ HIDDEN int prof_entry_patch(void); /* alloc.c: strata_malloc jumps to malloc_pro
 HIDDEN extern int prof_entry_state; /* 1 patched, else 0 or -errno (prof_boot) */
 HIDDEN void prof_boot_late(void); /* after strata is ready: atexit, signal handler */
 HIDDEN void prof_take(size_t usize); /* every allocation but malloc_prof's pops: its bytes */
+HIDDEN bool prof_class_take(tcache_t *tc, szind_t ind); /* malloc_prof's pop left its fast path */
 /* ialloc's count of p (NULL: none), then its sample if it holds the point; reentrant held. */
 HIDDEN void prof_alloc(tsd_t *tsd, void *p, size_t usize);
 HIDDEN extern bool prof_want_thread;            /* the dump thread is to be created */

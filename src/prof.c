@@ -9,9 +9,10 @@
  * of size s is sampled with probability 1 - exp(-s/rate). With prof:true prof_boot
  * patches malloc's entry into a jump to malloc_prof (alloc.c; where it cannot, malloc's
  * fast path misses to it on its all-0 table, sz_malloc_lookup), which pops the real
- * class's bin and spends the bytes, leaving for the sampling path only when the countdown
- * would cross zero; every other allocation path counts its bytes (prof_alloc in ialloc,
- * prof_take elsewhere). Frees are prof:false's: LIFO onto the same bins, so a block freed now is
+ * class's bin and counts the pop on the bin's nmalloc, biased by a per-class countdown of
+ * pops with the same law per block (prof_class_take, class_draw); it leaves for the
+ * sampling path only when that reaches zero. Every other allocation path counts its bytes
+ * (prof_alloc in ialloc, prof_take elsewhere). Frees are prof:false's: LIFO onto the same bins, so a block freed now is
  * the next one malloc gets (an earlier design reserved cached bytes against per-class
  * countdowns and kept frees in separate stash bins, which cost the cache misses of FIFO-like
  * reuse; docs/design.md). A sampled small block's granule carries class 0 in the rtree while
@@ -77,8 +78,7 @@ typedef struct {
   prof_thr_t *thr;       /* this thread's record in dumps, made at its first sample */
 } prof_tdata_t;
 static __thread prof_tdata_t prof_td __attribute__((tls_model("initial-exec")));
-/* The countdown itself is strata_tsd.prof_cdn, negated (malloc_prof, alloc.c, adds the size
- * and tests the sign: no separate compare), which malloc_prof spends in place. */
+/* The byte countdown itself is strata_tsd.prof_cdn, negated. */
 static inline int64_t cd_left(void) { return -strata_tsd.prof_cdn; }
 static inline void cd_set(int64_t left) { strata_tsd.prof_cdn = -left; }
 
@@ -204,6 +204,52 @@ static bool cd_take(prof_tdata_t *td, size_t usize) {
 }
 
 void prof_take(size_t usize) { cd_take(&prof_td, usize); }
+
+/* malloc_prof's pops count blocks, not bytes: each cached class has its own countdown, a
+ * geometric number of pops (each pop of a block of size s holds a sampling point with
+ * probability 1 - exp(-s/rate), independently: the same law as the byte countdown's, over
+ * disjoint streams), kept in the bin's nmalloc biased so that malloc_prof's increment sets
+ * the sign flag it tests (one instruction a pop, where the byte countdown's load, add, test
+ * and store were four). ceil(E rate / s) with E ~ Exp(1) is that geometric law. The
+ * interval's bytes go to lg_prof_interval's count when it is drawn. */
+static uint64_t class_draw(prof_tdata_t *td, size_t usize) {
+  uint64_t mean = sample_mean();
+  uint64_t k = 1;
+  if (mean != 1) {
+    double u = ((double)(rng_next(&td->rng) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1) */
+    double v = ceil(-log(u) * (double)mean / (double)usize);
+    k = v < 1.0 ? 1 : v > 4e18 / (double)usize ? (uint64_t)(4e18 / (double)usize) : (uint64_t)v;
+  }
+  interval_note(k * usize);
+  return k;
+}
+
+/* malloc_prof's pop of class ind left its fast path: it holds the class's sampling point
+ * (nmalloc reached 0), or the class's countdown was never drawn (prof_nm_off 0). Draws the
+ * next countdown and says whether this pop is sampled (prof_after then records it). The
+ * pop is counted either way (tbin_nmalloc stays the bin's pops). */
+bool prof_class_take(tcache_t *tc, szind_t ind) {
+  prof_tdata_t *td = &prof_td;
+  if (unlikely(!td->init)) td_init(td);
+  size_t usize = sz_size[ind];
+  tbin_t *b = &tc->bins[ind];
+  uint64_t n = tbin_nmalloc(tc, ind); /* this pop included */
+  uint64_t k = class_draw(td, usize);
+  bool hit = true;
+  if (tc->prof_nm_off[ind] == 0) { /* the first pop of this class: the first of k */
+    hit = k == 1;
+    k = hit ? class_draw(td, usize) : k - 1;
+  }
+  /* Seqlock for snap_tcaches, which sums other threads' nmalloc + prof_nm_off. */
+  uint32_t g = tc->prof_nm_gen;
+  __atomic_store_n(&tc->prof_nm_gen, g + 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  tc->prof_nm_off[ind] = n + k;
+  b->nmalloc = (uint64_t)0 - k; /* the k-th pop from now reaches 0 */
+  __atomic_store_n(&tc->prof_nm_gen, g + 2, __ATOMIC_RELEASE);
+  if (hit) td->pending = !td->busy && td->active && __atomic_load_n(&prof_active_now, __ATOMIC_RELAXED);
+  return hit;
+}
 
 void prof_alloc(tsd_t *tsd, void *p, size_t usize) {
   if (p == NULL) return;

@@ -75,9 +75,6 @@ void sz_init(void) {
     while (sz_size[c] < (k + 1) << 10) c++;
     sz_lookup_k[k] = (uint8_t)c;
   }
-  if (prof_on) {
-    for (szind_t i = 1; i <= SZ_NSMALL; i++) __atomic_store_n(&sz_prof_tab.usize[i], (int64_t)sz_size[i], __ATOMIC_RELAXED);
-  }
   _Static_assert(PSZ_N <= 256 && PSZ_TAB_N < 4096, "psz tables hold bucket indices in a byte");
   unsigned b = 0;
   for (size_t n = 0; n < PSZ_TAB_N; n++) {

@@ -244,7 +244,9 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
     /* A thread that frees far more of this class than it allocates (a consumer) frees
      * other threads' blocks: those go to their bin as a chain, as remote frees do, even
      * when it shares their arena (with arena_spread, threads share arenas until contention). */
-    bool consumer = b->nmalloc < b->ndalloc / 4;
+    bool consumer = b->nmalloc < b->ndalloc / 4 ||
+                    /* prof:true: nmalloc is biased by the sampler's countdown (a huge value) */
+                    (unlikely((int64_t)b->nmalloc < 0) && tbin_nmalloc(tc, ind) < b->ndalloc / 4);
     unsigned own = tc->arena && !consumer ? tc->arena->ind + 1 : (unsigned)-1; /* an edata arena_id */
     if (own != (unsigned)-1) {
       flush_batch_own(tc, b, ind, rt_ind, p, n, own);
@@ -358,7 +360,7 @@ void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated)
   *deallocated = tsd->deallocated;
   if (tsd->state != TSD_ACTIVE) return;
   for (szind_t i = 1; i <= SZ_NSMALL && i < tcache_nbins; i++) {
-    *allocated += tsd->tcache->bins[i].nmalloc * sz_size[i];
+    *allocated += tbin_nmalloc(tsd->tcache, i) * sz_size[i];
     *deallocated += tsd->tcache->bins[i].ndalloc * sz_size[i];
   }
 }

@@ -592,4 +592,56 @@ TEST(test_prof_neighbour_frees_skip_the_lock) {
   CHECK(CHURN_LEFTOVER_OK(objs, bytes), "%lu sampled blocks left in the live set", objs);
 }
 
+/* prof:true keeps a bin's nmalloc biased by its class's sample countdown (malloc_prof,
+ * prof_class_take): thread.allocated and the bins' nrequests must still count every malloc.
+ * 30,000 mallocs of 48 and 160 bytes with a sample every 1 KiB on average (hundreds of
+ * countdowns drawn per class). Seen failing with readers of the raw nmalloc (thread.allocated
+ * and nrequests off by about 2^64). */
+static uint64_t rd_u64(const char *name) {
+  uint64_t v = 0;
+  size_t len = sizeof v;
+  CHECK(mallctl(name, &v, &len, NULL, 0) == 0, "%s", name);
+  return v;
+}
+
+TEST(test_prof_thread_allocated_and_nrequests_count_every_malloc) {
+  enum { N = 30000 };
+  static void *b[N];
+  char name[96];
+  unsigned bin = 0;
+  for (unsigned j = 0;; j++) {
+    size_t sz = 0, len = sizeof sz;
+    snprintf(name, sizeof name, "arenas.bin.%u.size", j);
+    CHECK(mallctl(name, &sz, &len, NULL, 0) == 0, "no bin of 48 bytes");
+    if (sz == 48) {
+      bin = j;
+      break;
+    }
+  }
+  unsigned arena = 0;
+  size_t alen = sizeof arena;
+  CHECK(mallctl("thread.arena", &arena, &alen, NULL, 0) == 0, "thread.arena");
+  snprintf(name, sizeof name, "stats.arenas.%u.bins.%u.nrequests", arena, bin);
+  uint64_t e = 1;
+  CHECK(mallctl("epoch", NULL, NULL, &e, sizeof e) == 0, "epoch");
+  uint64_t r0 = rd_u64(name), a0 = rd_u64("thread.allocated");
+  uint64_t want = 0;
+  for (int i = 0; i < N; i++) {
+    b[i] = malloc(i % 3 ? 48 : 160);
+    CHECK(b[i] != NULL, "malloc");
+    want += malloc_usable_size(b[i]);
+  }
+  uint64_t a1 = rd_u64("thread.allocated");
+  CHECK(mallctl("epoch", NULL, NULL, &e, sizeof e) == 0, "epoch");
+  uint64_t r1 = rd_u64(name);
+  CHECK(a1 - a0 == want, "thread.allocated grew by %llu for %llu bytes allocated", (unsigned long long)(a1 - a0),
+        (unsigned long long)want);
+  /* nrequests: the cache's pops (20,000 mallocs of 48 bytes, less the few that missed) plus
+   * the regions its fills took from the arena (20,000 and the bin's last fill): about 40,000;
+   * about 20,000 when the pops are read without the bias. */
+  CHECK(r1 - r0 >= 35000 && r1 - r0 <= 50000, "bins.%u.nrequests grew by %llu for 20,000 mallocs", bin,
+        (unsigned long long)(r1 - r0));
+  for (int i = 0; i < N; i++) free(b[i]);
+}
+
 int main(int argc, char **argv) { return check_main(argc, argv); }
