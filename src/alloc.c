@@ -285,7 +285,7 @@ static NOINLINE void *malloc_slow(size_t size) {
 }
 
 EXPORT void *strata_malloc(size_t size) {
-  if (likely(size <= SZ_LOOKUP_MAX)) {
+  if (likely(size <= SZ_MALLOC_FAST_MAX)) {
     size_t ind = sz_malloc_lookup_read(size); /* all 0 with prof:true: to malloc_prof */
     tbin_t *b = &strata_tsd.tcache->bins[ind];
     void *p = b->head;

@@ -275,8 +275,15 @@ static inline szind_t sz_lookup_read(size_t size) {
 }
 /* The malloc fast path's own copy (strata_malloc only): sz_lookup with prof:false, all 0
  * with prof:true (sz_init), so that every malloc misses bin 0 to malloc_slow's prof:true
- * entry; the same instructions as reading sz_lookup, at another address. */
-HIDDEN extern uint8_t sz_malloc_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
+ * entry; the same instructions as reading sz_lookup, at another address. It reaches one
+ * class further than sz_lookup: 16 KiB (SZ_NSMALL + 1, a large class cached by thread
+ * caches), whose pop there cost ~35 instructions more in malloc_slow (wl_xthread: 1 in 8
+ * mallocs; docs/design.md, "wl_xthread, seventh session"). The pop clears the block's
+ * second word (user memory) and counts nmalloc, which tcache_counts reads up to this
+ * class. */
+#define SZ_MALLOC_FAST_MAX ((size_t)16384)
+#define SZ_MALLOC_FAST_IND (SZ_NSMALL + 1) /* the class of SZ_MALLOC_FAST_MAX */
+HIDDEN extern uint8_t sz_malloc_lookup[(SZ_MALLOC_FAST_MAX >> 3) + 1];
 /* malloc_prof's copy of sz_lookup and of the small classes' sizes, in one object so that one
  * base register reaches both (filled by sz_init with prof:true). */
 typedef struct {
