@@ -263,8 +263,7 @@ static NOINLINE void *malloc_prof_class(size_t size) {
  * it if it holds the sampling point. */
 static NOINLINE void *malloc_prof(size_t size) {
   if (likely(size <= SZ_LOOKUP_MAX)) {
-    /* Shaped as strata_malloc's pop; the countdown is kept negated so that adding the size
-     * sets the sign flag the branch tests (5 instructions more than the pop, and the jump). */
+    /* Shaped as strata_malloc's pop, with one more instruction (the jns below) and the jump. */
     size_t ind = __atomic_load_n(&sz_prof_tab.ind[(size + 7) >> 3], __ATOMIC_RELAXED);
     tbin_t *b = &strata_tsd.tcache->bins[ind];
     void *p = b->head;
@@ -316,7 +315,7 @@ static NOINLINE void *malloc_slow(size_t size) {
 }
 
 EXPORT void *strata_malloc(size_t size) {
-  if (likely(size <= SZ_LOOKUP_MAX)) {
+  if (likely(size <= SZ_MALLOC_FAST_MAX)) {
     size_t ind = sz_malloc_lookup_read(size); /* all 0 with prof:true: to malloc_prof */
     tbin_t *b = &strata_tsd.tcache->bins[ind];
     void *p = b->head;

@@ -20,14 +20,13 @@ arena_t **arenas;
 unsigned narenas;
 mtx_t arenas_lock = MTX_INITIALIZER;
 
-/* Whether an all-zero pthread mutex is an initialised one (glibc's
- * PTHREAD_MUTEX_INITIALIZER is all zeros). Then a new arena's locks need no init: its
- * metadata comes zeroed, and the 37 bins (960 bytes each, 35 KiB of the 49 KiB arena)
- * stay untouched until a thread uses their class, so the oversize arena and a heap that
- * uses a few classes do not fault in pages for the rest (docs/design.md, "Redis, third
- * round"). */
+/* Whether an all-zero lock is an initialised one (MTX_INITIALIZER is all zeros). Then a
+ * new arena's locks need no init: its metadata comes zeroed, and the 37 bins (960 bytes
+ * each, 35 KiB of the 49 KiB arena) stay untouched until a thread uses their class, so the
+ * oversize arena and a heap that uses a few classes do not fault in pages for the rest
+ * (docs/design.md, "Redis, third round"). */
 static bool mtx_zero_is_init(void) {
-  static const pthread_mutex_t init = PTHREAD_MUTEX_INITIALIZER;
+  static const mtx_t init = MTX_INITIALIZER;
   const unsigned char *b = (const unsigned char *)&init;
   for (size_t i = 0; i < sizeof(init); i++)
     if (b[i] != 0) return false;

@@ -26,7 +26,7 @@
 #define BG_MIN_SLEEP_NS 10000000ULL
 
 typedef struct {
-  mtx_t mtx;            /* guards seq and run */
+  pthread_mutex_t mtx;  /* guards seq and run; a pthread mutex for the condition variable */
   pthread_cond_t cond;  /* CLOCK_MONOTONIC */
   pthread_t thread;
   uint64_t seq;         /* wake requests: a wake between a pass and the wait is not lost */
@@ -58,7 +58,7 @@ static void bg_slot_init(bg_thread_t *t, unsigned id) {
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&t->cond, &ca);
   pthread_condattr_destroy(&ca);
-  mtx_init(&t->mtx);
+  pthread_mutex_init(&t->mtx, NULL);
   t->id = id;
   t->seq = 0;
   t->run = false;
@@ -80,10 +80,10 @@ static bg_thread_t *bg_slots_locked(void) {
 static void *bg_main(void *arg) {
   bg_thread_t *t = arg;
   uint64_t last = decay_now();
-  mtx_lock(&t->mtx);
+  pthread_mutex_lock(&t->mtx);
   while (t->run) {
     uint64_t seq = t->seq;
-    mtx_unlock(&t->mtx);
+    pthread_mutex_unlock(&t->mtx);
     uint64_t next = UINT64_MAX;
     unsigned n = bg_nslots();
     /* User arenas too (arena_decay skips destroyed ones; hooked ones purge through their hooks). */
@@ -101,11 +101,11 @@ static void *bg_main(void *arg) {
     __atomic_fetch_add(&bg_nruns, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&bg_interval_ns, now - last, __ATOMIC_RELAXED);
     last = now;
-    mtx_lock(&t->mtx);
+    pthread_mutex_lock(&t->mtx);
     if (!t->run) break;
     if (t->seq != seq) continue; /* woken during the pass: look again */
     if (next == UINT64_MAX) {
-      pthread_cond_wait(&t->cond, &t->mtx.m); /* nothing to decay: sleep until woken */
+      pthread_cond_wait(&t->cond, &t->mtx); /* nothing to decay: sleep until woken */
     } else {
       uint64_t sleep = next > now ? next - now : 0;
       if (sleep < BG_MIN_SLEEP_NS) sleep = BG_MIN_SLEEP_NS;
@@ -114,19 +114,19 @@ static void *bg_main(void *arg) {
       uint64_t at = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + sleep;
       ts.tv_sec = (time_t)(at / 1000000000u);
       ts.tv_nsec = (long)(at % 1000000000u);
-      pthread_cond_timedwait(&t->cond, &t->mtx.m, &ts);
+      pthread_cond_timedwait(&t->cond, &t->mtx, &ts);
     }
   }
-  mtx_unlock(&t->mtx);
+  pthread_mutex_unlock(&t->mtx);
   return NULL;
 }
 
 /* bg_lock held; no other strata lock, no strata state in progress on this thread. */
 static bool bg_start_locked(bg_thread_t *t) {
   if (__atomic_load_n(&t->started, __ATOMIC_RELAXED)) return false;
-  mtx_lock(&t->mtx);
+  pthread_mutex_lock(&t->mtx);
   t->run = true;
-  mtx_unlock(&t->mtx);
+  pthread_mutex_unlock(&t->mtx);
   /* Signals go to the program's threads, never to a purging thread. */
   sigset_t all, old;
   sigfillset(&all);
@@ -149,10 +149,10 @@ static void bg_stop_all_locked(void) {
     bg_thread_t *t = &bg_threads[i];
     __atomic_store_n(&t->wanted, false, __ATOMIC_RELAXED);
     if (!__atomic_load_n(&t->started, __ATOMIC_ACQUIRE)) continue;
-    mtx_lock(&t->mtx);
+    pthread_mutex_lock(&t->mtx);
     t->run = false;
     pthread_cond_signal(&t->cond);
-    mtx_unlock(&t->mtx);
+    pthread_mutex_unlock(&t->mtx);
     pthread_join(t->thread, NULL);
     __atomic_store_n(&t->started, false, __ATOMIC_RELAXED);
     __atomic_fetch_sub(&bg_running, 1, __ATOMIC_RELAXED);
@@ -168,10 +168,10 @@ void bg_wake(arena_t *a) {
     __atomic_store_n(&bg_create_pending, true, __ATOMIC_RELEASE);
     return;
   }
-  mtx_lock(&t->mtx);
+  pthread_mutex_lock(&t->mtx);
   t->seq++;
   pthread_cond_signal(&t->cond);
-  mtx_unlock(&t->mtx);
+  pthread_mutex_unlock(&t->mtx);
 }
 
 void bg_create_wanted(void) {
@@ -179,7 +179,7 @@ void bg_create_wanted(void) {
   if (unlikely(prof_want_thread)) prof_free_hook(); /* the heap profiler's dump thread (prof.c) */
   /* Busy: another thread is creating, toggling or forking (or pthread_create called
    * malloc from inside this function): try again at a later slow path. */
-  if (pthread_mutex_trylock(&bg_lock.m) != 0) {
+  if (mtx_trylock(&bg_lock)) {
     __atomic_store_n(&bg_create_pending, true, __ATOMIC_RELAXED);
     return;
   }

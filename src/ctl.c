@@ -43,9 +43,9 @@ static void mutex_add(ctl_mutex_stats_t *a, const ctl_mutex_stats_t *b) {
 }
 
 static void mutex_reset(mtx_t *m) {
-  pthread_mutex_lock(&m->m);
+  mtx_lock(m);
   m->n_lock_ops = m->n_wait = m->n_spin = 0;
-  pthread_mutex_unlock(&m->m);
+  mtx_unlock(m);
 }
 
 /* ---------------------------------------------------------------- snapshot */

@@ -416,7 +416,7 @@ static bool commit_or_purge(arena_t *a, size_t size) {
   if (!os_commit(size)) return false;
   for (unsigned i = 0; i < __atomic_load_n(&narenas_total, __ATOMIC_ACQUIRE); i++) {
     arena_t *o = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
-    if (o == NULL || o == a || pthread_mutex_trylock(&o->elock.m) != 0) continue;
+    if (o == NULL || o == a || mtx_trylock(&o->elock)) continue;
     extent_purge(o, ES_DIRTY, 0, false);
     extent_purge(o, ES_MUZZY, 0, false);
     mtx_unlock(&o->elock);
@@ -449,7 +449,7 @@ static unsigned extent_steal(arena_t *a, size_t np) {
     bool dirty = __atomic_load_n(&o->dirty.npages, __ATOMIC_RELAXED) >= np && eset_may_fit(&o->dirty, np);
     if (!dirty && (__atomic_load_n(&o->muzzy.npages, __ATOMIC_RELAXED) < np || !eset_may_fit(&o->muzzy, np)))
       continue; /* no extent that fits, only fragments: no lock (issue 10, s6-xthread) */
-    if (pthread_mutex_trylock(&o->elock.m) != 0) continue;
+    if (mtx_trylock(&o->elock)) continue;
     __atomic_fetch_add(&extent_nsteal_locks, 1, __ATOMIC_RELAXED);
     /* Its dirty pages first (resident for sure), then its muzzy ones: one trylock each. */
     unsigned state = ES_DIRTY;

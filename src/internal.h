@@ -78,27 +78,75 @@ HIDDEN bool os_commit(size_t bytes); /* true (and nothing reserved) if over the 
 HIDDEN void os_decommit(size_t bytes);
 
 /* ------------------------------------------------------------------ locks */
-/* pthread mutexes: they never allocate, TSan understands them, fork reinitialises them.
+/* strata's own lock: one futex word (0 free, 1 held, 2 held and a thread may sleep on
+ * it). Taking a free lock is one `lock cmpxchg`, releasing one `xchg` and a wake only when
+ * the word says a thread sleeps: glibc's pthread_mutex_trylock/unlock cost ~55
+ * instructions a pair in calls and type checks (70 K pairs in wl_xthread; docs/design.md,
+ * "wl_xthread, seventh session"). It never allocates; an all-zero lock is a free one
+ * (arenas' bins need no init); fork's child releases what the prepare handler took
+ * (mtx_init on a held lock). Under ThreadSanitizer the lock is annotated
+ * (__tsan_mutex_*), so TSan still sees strata's critical sections and lock order.
  * Each keeps the part of jemalloc's mutex profile (stats.mutexes.*) that costs nothing
  * measurable: acquisitions, those got by spinning and those that slept, counted by the
  * owner under the lock. Timing waits costs 0.2-0.3 instructions per object in the
- * prodcons figure, so wait times are not kept; the trylock first (for the spin) read
- * 79.9-80.1 against 80.0 without it. */
+ * prodcons figure, so wait times are not kept. */
+#if defined(__SANITIZE_THREAD__)
+#define STRATA_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define STRATA_TSAN 1
+#endif
+#endif
+#ifdef STRATA_TSAN
+#include <sanitizer/tsan_interface.h>
+#define MTX_TSAN(call) call
+#else
+#define MTX_TSAN(call) ((void)0)
+#endif
 typedef struct {
-  pthread_mutex_t m;
+  uint32_t word;                       /* atomic: 0 free, 1 held, 2 held, maybe sleepers */
   uint64_t n_lock_ops, n_wait, n_spin; /* acquisitions; of them slept; of them spun */
 } mtx_t;
-#define MTX_INITIALIZER {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0}
-static inline void mtx_init(mtx_t *m) { pthread_mutex_init(&m->m, NULL); }
+#define MTX_INITIALIZER {0, 0, 0, 0}
+static inline void mtx_init(mtx_t *m) {
+#ifdef STRATA_TSAN
+  if (__atomic_load_n(&m->word, __ATOMIC_RELAXED) != 0) { /* fork's child: the prepare handler took it */
+    __tsan_mutex_pre_unlock(m, 0);
+    __tsan_mutex_post_unlock(m, 0);
+  }
+  __tsan_mutex_create(m, 0);
+#endif
+  __atomic_store_n(&m->word, 0, __ATOMIC_RELAXED);
+}
+static inline bool mtx_cas(mtx_t *m) {
+  uint32_t z = 0;
+  return __atomic_compare_exchange_n(&m->word, &z, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
 HIDDEN bool mtx_lock_slow(mtx_t *m);
+HIDDEN void mtx_wake(mtx_t *m);
 /* Returns whether the acquisition met contention (the arena spreading reads it): a lock
  * that is taken is spun on for a while before the thread sleeps (mtx_lock_slow). */
 static inline bool mtx_lock(mtx_t *m) {
-  if (unlikely(pthread_mutex_trylock(&m->m) != 0)) return mtx_lock_slow(m);
+  MTX_TSAN(__tsan_mutex_pre_lock(m, 0));
+  if (unlikely(!mtx_cas(m))) return mtx_lock_slow(m);
   m->n_lock_ops++;
+  MTX_TSAN(__tsan_mutex_post_lock(m, 0, 0));
   return false;
 }
-static inline void mtx_unlock(mtx_t *m) { pthread_mutex_unlock(&m->m); }
+/* pthread_mutex_trylock's sense: true if the lock is held elsewhere (not taken); counts
+ * nothing (its callers count what they took). */
+static inline bool mtx_trylock(mtx_t *m) {
+  MTX_TSAN(__tsan_mutex_pre_lock(m, __tsan_mutex_try_lock));
+  bool got = mtx_cas(m);
+  MTX_TSAN(__tsan_mutex_post_lock(
+      m, got ? __tsan_mutex_try_lock : __tsan_mutex_try_lock | __tsan_mutex_try_lock_failed, 0));
+  return !got;
+}
+static inline void mtx_unlock(mtx_t *m) {
+  MTX_TSAN(__tsan_mutex_pre_unlock(m, 0));
+  if (unlikely(__atomic_exchange_n(&m->word, 0, __ATOMIC_RELEASE) == 2)) mtx_wake(m);
+  MTX_TSAN(__tsan_mutex_post_unlock(m, 0));
+}
 
 /* ------------------------------------------------------------------ meta.c */
 /* Bump allocator for strata's own long-lived structures; never returns memory, never
@@ -227,8 +275,15 @@ static inline szind_t sz_lookup_read(size_t size) {
 }
 /* The malloc fast path's own copy (strata_malloc only): sz_lookup with prof:false, all 0
  * with prof:true (sz_init), so that every malloc misses bin 0 to malloc_slow's prof:true
- * entry; the same instructions as reading sz_lookup, at another address. */
-HIDDEN extern uint8_t sz_malloc_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
+ * entry; the same instructions as reading sz_lookup, at another address. It reaches one
+ * class further than sz_lookup: 16 KiB (SZ_NSMALL + 1, a large class cached by thread
+ * caches), whose pop there cost ~35 instructions more in malloc_slow (wl_xthread: 1 in 8
+ * mallocs; docs/design.md, "wl_xthread, seventh session"). The pop clears the block's
+ * second word (user memory) and counts nmalloc, which tcache_counts reads up to this
+ * class. */
+#define SZ_MALLOC_FAST_MAX ((size_t)16384)
+#define SZ_MALLOC_FAST_IND (SZ_NSMALL + 1) /* the class of SZ_MALLOC_FAST_MAX */
+HIDDEN extern uint8_t sz_malloc_lookup[(SZ_MALLOC_FAST_MAX >> 3) + 1];
 /* malloc_prof's copy of sz_lookup (filled by sz_init with prof:true). */
 typedef struct {
   uint8_t ind[(SZ_LOOKUP_MAX >> 3) + 1];

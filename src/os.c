@@ -4,7 +4,9 @@
  * mask and cgroup cpu.max, the cgroup memory limit). Raw syscalls only: this runs
  * before libc is ready and must never allocate.
  */
+#include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
@@ -316,27 +318,29 @@ static inline void cpu_pause(void) {
   __asm__ __volatile__("yield");
 #endif
 }
-static inline bool mtx_looks_free(mtx_t *m) {
-#ifdef __GLIBC__
-  return __atomic_load_n(&m->m.__data.__lock, __ATOMIC_RELAXED) == 0; /* no trylock storm */
-#else
-  (void)m;
-  return true;
-#endif
+/* Drepper's "Futexes are tricky" mutex 3: a sleeper marks the word 2 so that the owner's
+ * unlock wakes one thread; a thread woken takes the lock as 2 (another may still sleep). */
+static void mtx_futex(uint32_t *w, int op, uint32_t val) {
+  int e = errno; /* EAGAIN, EINTR: free preserves errno */
+  syscall(SYS_futex, w, op | FUTEX_PRIVATE_FLAG, val, NULL, NULL, 0);
+  errno = e;
 }
-bool mtx_lock_slow(mtx_t *m) {
+bool mtx_lock_slow(mtx_t *m) { /* mtx_lock made the TSan pre-lock annotation */
   if (__atomic_load_n(&os_ncpus, __ATOMIC_RELAXED) > 1) { /* a waiter on init_lock reads it while os_init writes it */
     for (unsigned i = 0; i < MTX_SPIN; i++) {
       cpu_pause();
-      if (mtx_looks_free(m) && pthread_mutex_trylock(&m->m) == 0) {
+      if (__atomic_load_n(&m->word, __ATOMIC_RELAXED) == 0 && mtx_cas(m)) { /* read first: no cmpxchg storm */
         m->n_lock_ops++;
         m->n_spin++;
+        MTX_TSAN(__tsan_mutex_post_lock(m, 0, 0));
         return true;
       }
     }
   }
-  pthread_mutex_lock(&m->m);
+  while (__atomic_exchange_n(&m->word, 2, __ATOMIC_ACQUIRE) != 0) mtx_futex(&m->word, FUTEX_WAIT, 2);
   m->n_lock_ops++;
   m->n_wait++;
+  MTX_TSAN(__tsan_mutex_post_lock(m, 0, 0));
   return true;
 }
+void mtx_wake(mtx_t *m) { mtx_futex(&m->word, FUTEX_WAKE, 1); }

@@ -359,7 +359,7 @@ void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated)
   *allocated = tsd->allocated;
   *deallocated = tsd->deallocated;
   if (tsd->state != TSD_ACTIVE) return;
-  for (szind_t i = 1; i <= SZ_NSMALL && i < tcache_nbins; i++) {
+  for (szind_t i = 1; i <= SZ_MALLOC_FAST_IND && i < tcache_nbins; i++) { /* strata_malloc counts nmalloc */
     *allocated += tbin_nmalloc(tsd->tcache, i) * sz_size[i];
     *deallocated += tsd->tcache->bins[i].ndalloc * sz_size[i];
   }

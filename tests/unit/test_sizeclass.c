@@ -34,6 +34,21 @@ static void test_kib_table_matches_computation(void) {
   CHECK(sz_size2index(SZ_LOOKUP_MAX + 1) > SZ_NSMALL);
 }
 
+/* strata_malloc's own table goes on to 16 KiB: the one large class whose pop there counts
+ * nmalloc (tcache_counts reads it), the size's class at every byte, and no further. */
+static void test_malloc_table_names_each_size_class(void) {
+  CHECK_EQ(sz_size[SZ_MALLOC_FAST_IND], SZ_MALLOC_FAST_MAX);
+  for (size_t s = 1; s <= SZ_MALLOC_FAST_MAX; s++) {
+    szind_t i = sz_malloc_lookup_read(s);
+    if (i != sz_size2index_compute(s < 16 ? 16 : s)) {
+      CHECK_EQ(i, sz_size2index_compute(s < 16 ? 16 : s));
+      break;
+    }
+  }
+  CHECK_EQ(sz_malloc_lookup_read(SZ_MALLOC_FAST_MAX), SZ_MALLOC_FAST_IND);
+  CHECK_EQ(sz_malloc_lookup_read(SZ_LOOKUP_MAX + 1), SZ_MALLOC_FAST_IND);
+}
+
 /* The extent sets' bucket tables agree with the computation at every page count. */
 static void test_page_bucket_tables_match(void) {
   for (size_t n = 0; n < PSZ_TAB_N; n++) {
@@ -96,6 +111,7 @@ int main(void) {
   if (strata_init()) return 1;
   RUN(test_size_roundtrip_is_tight);
   RUN(test_kib_table_matches_computation);
+  RUN(test_malloc_table_names_each_size_class);
   RUN(test_page_bucket_tables_match);
   RUN(test_classes_follow_jemalloc_spacing);
   RUN(test_aligned_classes_are_multiples);

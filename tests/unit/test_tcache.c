@@ -145,6 +145,17 @@ static void test_thread_counters_are_exact(void) {
   tcache_counts(&strata_tsd, &a1, &d1);
   CHECK_EQ(a1 - a0, 112 + 20480);
   CHECK_EQ(d1 - d0, 112 + 20480);
+  /* A 16 KiB block strata_malloc's own pop takes (counted in the bin's nmalloc) */
+  strata_free(strata_malloc(15000)); /* the bin holds one now */
+  szind_t i16 = sz_size2index(16384);
+  CHECK(tbin_count(&strata_tsd.tcache->bins[i16], i16) > 0);
+  tcache_counts(&strata_tsd, &a0, &d0);
+  uint64_t n0 = strata_tsd.tcache->bins[i16].nmalloc;
+  strata_free(strata_malloc(15000));
+  tcache_counts(&strata_tsd, &a1, &d1);
+  CHECK_EQ(strata_tsd.tcache->bins[i16].nmalloc - n0, 1);
+  CHECK_EQ(a1 - a0, 16384);
+  CHECK_EQ(d1 - d0, 16384);
 }
 
 /* Global cap (tcache_total_max): 16 threads fill their caches with five classes of
