@@ -54,10 +54,10 @@ size_t tcache_total;
 /* Crowded caches (tcache_crowd): with more than CROWD_PER_CPU live thread caches per CPU
  * a thread runs a small share of the time, and its cached blocks of the larger classes
  * mostly wait for it (wl_nativethreads, 100 threads on 2 CPUs: 326 KiB a cache at the
- * peak, 24 MiB in all). Its cache then keeps only classes up to CROWD_MAX (caching
- * nothing from 1 KiB up cut the peak from 41 to 28 MiB; docs/design.md, "Many threads,
- * seventh session"). 16 per CPU leaves every other workload (at most 16 threads)
- * untouched on 2 CPUs; the caches open again below half of it. */
+ * peak, 24 MiB in all). Its cache then keeps only the classes up to CROWD_MAX: the
+ * interleaved rounds' peak fell from 39-42 to 31-34 MiB (docs/design.md, "Many threads,
+ * seventh session"; 256 B and 4 KiB did no better). 16 per CPU leaves every other
+ * workload (at most 16 threads) untouched on 2 CPUs; the caches open again at half. */
 #define CROWD_PER_CPU 16
 #define CROWD_MAX 1024
 unsigned tcache_crowd_nlive; /* crowded above this many live caches */

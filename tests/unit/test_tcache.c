@@ -314,7 +314,7 @@ static void test_large_bins_hold_their_bytes(void) {
 }
 
 /* More than tcache_crowd_nlive live thread caches: a cache made then keeps only the
- * classes below 1 KiB (a 4 KiB block freed goes back to its arena, a 64 B one is
+ * classes up to 1 KiB (a 4 KiB block freed goes back to its arena, a 64 B one is
  * cached); once the others have exited, a round of GC visits opens them again.
  * Barriers, no timing. */
 static pthread_barrier_t crowd_live, crowd_done, crowd_gone;
