@@ -314,8 +314,8 @@ static void test_large_bins_hold_their_bytes(void) {
 }
 
 /* More than tcache_crowd_nlive live thread caches: a cache made then keeps only the
- * classes up to 1 KiB (a 4 KiB block freed goes back to its arena, a 64 B one is
- * cached); once the others have exited, a round of GC visits opens them again.
+ * classes up to 1 KiB (4 KiB and 16 KiB blocks freed go back to their arena, a 64 B one
+ * is cached); once the others have exited, a round of GC visits opens them again.
  * Barriers, no timing. */
 static pthread_barrier_t crowd_live, crowd_done, crowd_gone;
 
@@ -342,6 +342,12 @@ static void *crowd_checker(void *arg) {
   void *q = strata_malloc(64);
   strata_free(q);
   out[3] = tbin_count(&tc->bins[i64], i64); /* still cached */
+  szind_t i16k = sz_size2index(16384); /* a large class: back to the extents at once */
+  uint64_t before16 = tc->arena->nlarge_dalloc;
+  void *l = strata_malloc(16384);
+  memset(l, 2, 16384);
+  strata_free(l);
+  out[7] = tc->bins[i16k].avail + (tc->bins[i16k].head != NULL) + (tc->arena->nlarge_dalloc - before16 != 1);
   pthread_barrier_wait(&crowd_done);
   pthread_barrier_wait(&crowd_gone); /* the members have exited */
   out[4] = __atomic_load_n(&tcache_nlive, __ATOMIC_RELAXED);
@@ -358,12 +364,12 @@ static void *crowd_checker(void *arg) {
 
 static void test_crowded_caches_keep_small_classes_only(void) {
   unsigned n = tcache_crowd_nlive + 4;
-  if (tcache_nbins <= sz_size2index(4096) || n > 512) {
-    printf("     tcache_max below 4 KiB or %u CPUs: skipped\n", os_ncpus);
+  if (tcache_nbins <= sz_size2index(16384) || n > 512) {
+    printf("     tcache_max below 16 KiB or %u CPUs: skipped\n", os_ncpus);
     return;
   }
   pthread_t *t = strata_malloc(sizeof(pthread_t) * n), c;
-  size_t out[7] = {0};
+  size_t out[8] = {0};
   pthread_barrier_init(&crowd_live, NULL, n + 1);
   pthread_barrier_init(&crowd_done, NULL, n + 1);
   pthread_barrier_init(&crowd_gone, NULL, 2);
@@ -378,6 +384,7 @@ static void test_crowded_caches_keep_small_classes_only(void) {
   CHECK(out[0] > tcache_crowd_nlive);
   CHECK_EQ(out[1], tcache_crowd_nbins);
   CHECK_EQ(out[2], 0);
+  CHECK_EQ(out[7], 0); /* the 16 KiB block was not cached and went back to its extents */
   CHECK(out[3] >= 1);
   CHECK(out[4] <= tcache_crowd_nlive / 2);
   CHECK_EQ(out[5], tcache_nbins);
