@@ -97,7 +97,8 @@ __attribute__((no_sanitize("thread"))) static void snap_tcaches(void) {
     if (s == NULL) continue;
     for (szind_t i = 1; i < tcache_nbins; i++) {
       const tbin_t *b = &tc->bins[i];
-      size_t cached = tbin_max[i] - b->avail; /* not tbin_count: it would be instrumented */
+      /* not tbin_count: it would be instrumented; closed bins (tcache_crowd) hold nothing */
+      size_t cached = i < tc->nbins_open ? tbin_max[i] - b->avail : 0;
       s->tcache_bytes += cached * sz_size[i];
       if (i > SZ_NSMALL) continue;
       /* prof:true: nmalloc + prof_nm_off, both changed at a sample by the owner (odd gen). */

@@ -140,6 +140,7 @@ static void fork_child(void) {
   tcache_list = self;
   if (self) self->next = self->prev = NULL;
   tcache_total = self ? self->bytes : 0; /* the other caches are gone */
+  tcache_nlive = self ? 1 : 0;
   for (unsigned i = 0; i < narenas_total; i++) {
     if (arenas[i]) arenas[i]->nthreads = 0;
   }

@@ -572,6 +572,7 @@ struct tcache_s {
   uint16_t fill[TCACHE_NBINS_MAX];
   size_t bytes;                  /* this cache's share of tcache_total */
   size_t gc_bytes;               /* uncached bytes allocated since the last byte-driven GC visit */
+  szind_t nbins_open;            /* bins from here up are closed: no room (tcache_crowd) */
   /* prof:true: malloc_prof keeps each bin's nmalloc biased by its class's sample countdown
    * (prof_class_take): the bin's pops are nmalloc + prof_nm_off[ind] (tbin_nmalloc);
    * prof_nm_gen is odd while the owner changes both (snap_tcaches reads other threads'). All
@@ -649,6 +650,9 @@ static inline void *link_next_k(const void *slot, uintptr_t key, unsigned ind) {
 static inline void *link_next(const void *slot, unsigned ind) { return link_next_k(slot, tcache_key, ind); }
 HIDDEN void tcache_boot(void);
 HIDDEN tcache_t *tcache_get_slow(tsd_t *tsd); /* creates the thread's cache; NULL if none */
+HIDDEN extern unsigned tcache_nlive; /* thread caches listed (tcache_list_lock; fork resets it) */
+HIDDEN extern unsigned tcache_crowd_nlive; /* more live caches than this: crowded (tcache.c) */
+HIDDEN extern szind_t tcache_crowd_nbins;  /* crowded caches keep only the classes below it */
 HIDDEN void *tcache_alloc_hard(tcache_t *tc, szind_t ind);
 HIDDEN void tcache_dalloc_hard(tcache_t *tc, szind_t ind, void *p);
 HIDDEN void tcache_flush_all(tcache_t *tc);

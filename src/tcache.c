@@ -26,6 +26,7 @@ static uint16_t tbin_fill_init[TCACHE_NBINS_MAX]; /* a new thread's first fill *
 static uint16_t tbin_fill_lean[TCACHE_NBINS_MAX]; /* FILL_INIT_BYTES' worth: see tcache_large_tick */
 mtx_t tcache_list_lock = MTX_INITIALIZER;
 tcache_t *tcache_list;      /* live caches; guarded by tcache_list_lock */
+unsigned tcache_nlive;      /* caches on tcache_list: written under tcache_list_lock, read relaxed */
 static tcache_t *tcache_pool; /* caches of exited threads, for reuse */
 size_t tcache_total;
 
@@ -50,6 +51,17 @@ size_t tcache_total;
  * 320 B start at the full half-bin fill, which the producer/consumer figure depends on. */
 #define FILL_INIT_BYTES ((size_t)4 << 10)
 #define FILL_FULL_MAX 320
+/* Crowded caches (tcache_crowd): with more than CROWD_PER_CPU live thread caches per CPU
+ * a thread runs a small share of the time, and its cached blocks of the larger classes
+ * mostly wait for it (wl_nativethreads, 100 threads on 2 CPUs: 326 KiB a cache at the
+ * peak, 24 MiB in all). Its cache then keeps only the classes up to CROWD_MAX: the
+ * interleaved rounds' peak fell from 39-42 to 31-34 MiB (docs/design.md, "Many threads,
+ * seventh session"; 256 B and 4 KiB did no better). 16 per CPU leaves every other
+ * workload (at most 16 threads) untouched on 2 CPUs; the caches open again at half. */
+#define CROWD_PER_CPU 16
+#define CROWD_MAX 1024
+unsigned tcache_crowd_nlive; /* crowded above this many live caches */
+szind_t tcache_crowd_nbins;  /* classes below this one stay cached when crowded */
 
 void tcache_boot(void) {
   if (!opt.tcache || opt.junk != JUNK_NONE || opt.zero) {
@@ -81,6 +93,9 @@ void tcache_boot(void) {
     size_t nat = sz_size[i] & -sz_size[i];
     tbin_align_mask[i] = (uint32_t)((nat < os_page ? nat : os_page) - 1);
   }
+  tcache_crowd_nlive = CROWD_PER_CPU * os_ncpus;
+  tcache_crowd_nbins = (szind_t)sz_size2index(CROWD_MAX) + 1;
+  if (tcache_crowd_nbins > tcache_nbins) tcache_crowd_nbins = tcache_nbins;
 }
 
 /* Every bin empty, with its room and alignment check. */
@@ -92,6 +107,37 @@ static void tcache_reset_bins(tcache_t *tc) {
     tc->fill[i] = tbin_fill_init[i];
   }
   tc->gc_every = GC_INTERVAL;
+  tc->nbins_open = tcache_nbins;
+}
+
+/*
+ * A thread cache among too many (issue 10, s7-natrss): above tcache_crowd_nlive live
+ * caches, the classes from tcache_crowd_nbins up close: their bins are flushed and get
+ * no room (avail 0, so every free of them reaches tcache_dalloc_hard and every malloc
+ * tcache_alloc_hard, which serve them from the arena). Checked when the cache is made
+ * and at GC visits; they open again at half the count. Thread caches only.
+ */
+static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep);
+static void tcache_publish(tcache_t *tc, szind_t ind);
+
+static NOINLINE void tcache_crowd(tcache_t *tc) {
+  unsigned n = __atomic_load_n(&tcache_nlive, __ATOMIC_RELAXED);
+  if (n > tcache_crowd_nlive && tc->nbins_open > tcache_crowd_nbins) {
+    for (szind_t i = tcache_crowd_nbins; i < tc->nbins_open; i++) {
+      tcache_flush_bin(tc, i, 0);
+      tcache_publish(tc, i);
+      tc->bins[i].avail = 0;
+      tc->fill[i] = 0; /* what tcache_alloc_hard tests */
+      tc->events[i] = 0;
+    }
+    tc->nbins_open = tcache_crowd_nbins;
+  } else if (n <= tcache_crowd_nlive / 2 && tc->nbins_open < tcache_nbins) {
+    for (szind_t i = tc->nbins_open; i < tcache_nbins; i++) {
+      tc->bins[i].avail = tbin_max[i];
+      tc->fill[i] = tbin_fill_init[i];
+    }
+    tc->nbins_open = tcache_nbins;
+  }
 }
 
 tcache_t *tcache_get_slow(tsd_t *tsd) {
@@ -112,7 +158,9 @@ tcache_t *tcache_get_slow(tsd_t *tsd) {
   tc->next = tcache_list;
   if (tcache_list) tcache_list->prev = tc;
   tcache_list = tc;
+  __atomic_store_n(&tcache_nlive, tcache_nlive + 1, __ATOMIC_RELAXED);
   mtx_unlock(&tcache_list_lock);
+  tcache_crowd(tc);
   tsd->tcache = tc;
   tsd->state = TSD_ACTIVE;
   /* May allocate (glibc's second-level key array): the cache is live, so that is fine. */
@@ -304,8 +352,12 @@ static void tcache_gc_visit(tcache_t *tc, szind_t ind) {
    * busy or not, so many threads' caches shrink together until they fit. */
   bool over = tcache_over_cap();
   tc->gc_every = over ? 1 : GC_INTERVAL;
-  if (++tc->gc_bin >= tcache_nbins) tc->gc_bin = 1;
+  if (++tc->gc_bin >= tc->nbins_open) {
+    tc->gc_bin = 1;
+    if (tc == strata_tsd.tcache) tcache_crowd(tc); /* once a round of the bins */
+  }
   szind_t g = tc->gc_bin;
+  if (g >= tc->nbins_open) return; /* every bin closed (tcache_crowd) */
   /* A bin with no fill or flush since the last visit was not under pressure: give half
    * of what it holds back, so a class the thread stopped using drains over time. */
   if (g != ind && (over || !tc->events[g])) {
@@ -317,6 +369,24 @@ static void tcache_gc_visit(tcache_t *tc, szind_t ind) {
   tc->events[g] = 0;
 }
 
+/* A closed bin (tcache_crowd): a malloc is served by the arena, and its bytes drive the
+ * GC as uncached ones do; a free goes back alone, through the flush (its checks, its
+ * owner's bin or extents). Out of line: the fills and flushes of open bins pay a compare. */
+static NOINLINE void *tcache_alloc_closed(tcache_t *tc, szind_t ind) {
+  void *p = ind <= SZ_NSMALL ? arena_small_alloc(tc->arena, ind, false)
+                             : arena_large_alloc(tc->arena, sz_size[ind], 0, false);
+  if (p) tcache_large_tick(tc, sz_size[ind]);
+  return p;
+}
+
+static NOINLINE void tcache_dalloc_closed(tcache_t *tc, szind_t ind, void *p) {
+  tbin_t *b = &tc->bins[ind];
+  LINK_SET(p, NULL);
+  b->head = p;
+  flush_tbin(tc, b, ind, ind, 1, 0);
+  b->avail = 0;
+}
+
 void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
   tbin_t *b = &tc->bins[ind];
   void *p;
@@ -325,7 +395,9 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
     /* Over the global cap a fill brings only the region asked for: a wave of new threads
      * (each about to wait, holding its first fills) cannot stock caches past the cap. */
     bool over = tcache_over_cap();
-    unsigned want = unlikely(over) ? 1 : tc->fill[ind];
+    unsigned want = tc->fill[ind];
+    if (unlikely(want == 0)) return tcache_alloc_closed(tc, ind); /* closed (tcache_crowd) */
+    if (unlikely(over)) want = 1;
     sassert(b->head == NULL && b->avail == tbin_max[ind] && want >= 1);
     if (unlikely(guard_enabled) && (p = guard_fill_hook(ind, &want)) != NULL) return p;
     unsigned got = bin_fill_list_upto(tc->arena, ind, &p, want, unlikely(over) ? 1 : tbin_max[ind]);
@@ -335,6 +407,7 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
     b->head = link_next(p, ind);
     b->avail -= got - 1;
   } else {
+    if (unlikely(tc->fill[ind] == 0)) return tcache_alloc_closed(tc, ind);
     p = arena_large_alloc(tc->arena, sz_size[ind], 0, false);
   }
   tcache_event(tc, ind);
@@ -346,9 +419,19 @@ void tcache_dalloc_hard(tcache_t *tc, szind_t ind, void *p) {
   /* Small regions were checked by their tag already; large ones have none. */
   if (unlikely(p == b->head)) strata_invalid_free("free", p);
   if (b->avail == 0) {
-    /* Over the global cap (gc_every 1) the whole bin goes. */
+    /* No room and nothing cached: a closed bin (an open one is full). */
+    if (unlikely(b->head == NULL)) {
+      tcache_dalloc_closed(tc, ind, p);
+      return;
+    }
+    /* Over the global cap (gc_every 1) the whole bin goes; p is cached before the GC
+     * looks, which may close the bin (tcache_crowd) and so flush p as well. */
     tcache_flush_bin(tc, ind, tc->gc_every == 1 ? 0 : tbin_max[ind] / 2);
+    LINK_SET(p, b->head);
+    b->head = p;
+    b->avail--;
     tcache_event(tc, ind);
+    return;
   }
   LINK_SET(p, b->head);
   b->head = p;
@@ -366,7 +449,7 @@ void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated)
 }
 
 void tcache_flush_all(tcache_t *tc) {
-  for (szind_t i = 1; i < tcache_nbins; i++) {
+  for (szind_t i = 1; i < tc->nbins_open; i++) {
     tcache_flush_bin(tc, i, 0);
     tcache_publish(tc, i);
   }
@@ -381,6 +464,7 @@ static void tcache_retire(tcache_t *tc) {
     tcache_list = tc->next;
   }
   if (tc->next) tc->next->prev = tc->prev;
+  __atomic_store_n(&tcache_nlive, tcache_nlive - 1, __ATOMIC_RELAXED);
   tc->next = tcache_pool;
   tc->prev = NULL;
   tcache_pool = tc;

@@ -1,6 +1,7 @@
 /* Thread caches: fills half a bin on a miss, flushes half on overflow, the GC drains a
  * bin the thread stopped using, and thread exit flushes everything back. */
 #include <pthread.h>
+#include <string.h>
 
 #include "internal.h"
 #include "unit.h"
@@ -323,6 +324,88 @@ static void test_large_bins_hold_their_bytes(void) {
   for (unsigned k = 0; k < 8; k++) strata_free(p[k]);
 }
 
+/* More than tcache_crowd_nlive live thread caches: a cache made then keeps only the
+ * classes up to 1 KiB (4 KiB and 16 KiB blocks freed go back to their arena, a 64 B one
+ * is cached); once the others have exited, a round of GC visits opens them again.
+ * Barriers, no timing. */
+static pthread_barrier_t crowd_live, crowd_done, crowd_gone;
+
+static void *crowd_member(void *arg) {
+  (void)arg;
+  strata_free(strata_malloc(64)); /* its cache */
+  pthread_barrier_wait(&crowd_live);
+  pthread_barrier_wait(&crowd_done);
+  return NULL;
+}
+
+static void *crowd_checker(void *arg) {
+  size_t *out = arg;
+  szind_t i4k = sz_size2index(4096), i64 = sz_size2index(64);
+  pthread_barrier_wait(&crowd_live); /* every member holds a cache */
+  out[0] = __atomic_load_n(&tcache_nlive, __ATOMIC_RELAXED);
+  strata_free(strata_malloc(64)); /* this cache is made crowded */
+  tcache_t *tc = strata_tsd.tcache;
+  out[1] = tc->nbins_open;
+  void *p = strata_malloc(4096);
+  memset(p, 1, 4096);
+  strata_free(p);
+  out[2] = tc->bins[i4k].avail + (tc->bins[i4k].head != NULL); /* 0: nothing cached, no room */
+  void *q = strata_malloc(64);
+  strata_free(q);
+  out[3] = tbin_count(&tc->bins[i64], i64); /* still cached */
+  szind_t i16k = sz_size2index(16384); /* a large class: back to the extents at once */
+  uint64_t before16 = tc->arena->nlarge_dalloc;
+  void *l = strata_malloc(16384);
+  memset(l, 2, 16384);
+  strata_free(l);
+  out[7] = tc->bins[i16k].avail + (tc->bins[i16k].head != NULL) + (tc->arena->nlarge_dalloc - before16 != 1);
+  pthread_barrier_wait(&crowd_done);
+  pthread_barrier_wait(&crowd_gone); /* the members have exited */
+  out[4] = __atomic_load_n(&tcache_nlive, __ATOMIC_RELAXED);
+  size_t big = opt.tcache_max + 1; /* uncached traffic: a GC visit per TCACHE_GC_BYTES, */
+  for (unsigned v = 0; v < 2 * tcache_nbins; v++) /* and a crowd check per round of the bins */
+    for (size_t done = 0; done < TCACHE_GC_BYTES; done += big) strata_free(strata_malloc(big));
+  out[5] = tc->nbins_open;
+  p = strata_malloc(4096);
+  size_t before = tbin_count(&tc->bins[i4k], i4k);
+  strata_free(p);
+  out[6] = tbin_count(&tc->bins[i4k], i4k) - before; /* 1: cached again */
+  return NULL;
+}
+
+static void test_crowded_caches_keep_small_classes_only(void) {
+  unsigned n = tcache_crowd_nlive + 4;
+  if (tcache_nbins <= sz_size2index(16384) || n > 512) {
+    printf("     tcache_max below 16 KiB or %u CPUs: skipped\n", os_ncpus);
+    return;
+  }
+  pthread_t *t = strata_malloc(sizeof(pthread_t) * n), c;
+  size_t out[8] = {0};
+  pthread_barrier_init(&crowd_live, NULL, n + 1);
+  pthread_barrier_init(&crowd_done, NULL, n + 1);
+  pthread_barrier_init(&crowd_gone, NULL, 2);
+  for (unsigned i = 0; i < n; i++) CHECK_EQ(pthread_create(&t[i], NULL, crowd_member, NULL), 0);
+  CHECK_EQ(pthread_create(&c, NULL, crowd_checker, out), 0);
+  for (unsigned i = 0; i < n; i++) pthread_join(t[i], NULL);
+  pthread_barrier_wait(&crowd_gone);
+  pthread_join(c, NULL);
+  printf("     %zu caches live (crowded above %u): %zu bins open, 4 KiB room %zu, 64 B cached %zu; "
+         "then %zu live: %zu open, 4 KiB cached %zu\n",
+         out[0], tcache_crowd_nlive, out[1], out[2], out[3], out[4], out[5], out[6]);
+  CHECK(out[0] > tcache_crowd_nlive);
+  CHECK_EQ(out[1], tcache_crowd_nbins);
+  CHECK_EQ(out[2], 0);
+  CHECK_EQ(out[7], 0); /* the 16 KiB block was not cached and went back to its extents */
+  CHECK(out[3] >= 1);
+  CHECK(out[4] <= tcache_crowd_nlive / 2);
+  CHECK_EQ(out[5], tcache_nbins);
+  CHECK_EQ(out[6], 1);
+  pthread_barrier_destroy(&crowd_live);
+  pthread_barrier_destroy(&crowd_done);
+  pthread_barrier_destroy(&crowd_gone);
+  strata_free(t);
+}
+
 int main(void) {
   if (strata_init()) return 1;
   printf("unit: tcache\n");
@@ -337,5 +420,6 @@ int main(void) {
   RUN(test_large_allocations_drive_gc);
   RUN(test_large_traffic_thread_fills_small_classes_lean);
   RUN(test_large_bins_hold_their_bytes);
+  RUN(test_crowded_caches_keep_small_classes_only);
   UNIT_EXIT();
 }
