@@ -778,7 +778,7 @@ void extent_dalloc(arena_t *a, edata_t *e) {
   a->nactive -= e->size / os_page;
   e->zeroed = 0;
   extent_insert_free(a, e, ES_DIRTY);
-  arena_note_dirty(a);
+  arena_note_dirty(a, e->dirty_ns);
 }
 
 bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size) {
@@ -826,7 +826,7 @@ void extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size) {
   e->size = new_size;
   a->nactive -= t->size / os_page;
   extent_insert_free(a, t, ES_DIRTY);
-  arena_note_dirty(a);
+  arena_note_dirty(a, t->dirty_ns);
 }
 
 size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool lazy) {

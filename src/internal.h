@@ -475,7 +475,9 @@ HIDDEN size_t arena_purge_all(void); /* pages purged */
 /* decay.c: dirty pages age out over dirty_decay_ms along a smooth curve, oldest first,
  * then muzzy pages over muzzy_decay_ms; and the container-limit purge. */
 HIDDEN uint64_t decay_now(void);
-HIDDEN void arena_note_dirty(arena_t *a);  /* elock held: sets purge_pending if a step is due */
+/* elock held: sets purge_pending if a step is due; now: the clock just read (the freed
+ * extent's dirty_ns), which saves a second read on every page-extent free. */
+HIDDEN void arena_note_dirty(arena_t *a, uint64_t now);
 HIDDEN void arena_maybe_purge(arena_t *a); /* no lock held */
 HIDDEN void arena_note_peak(arena_t *a);  /* elock held: the oversize arena's active peak */
 HIDDEN void decay_init(decay_t *d, int64_t ms, uint64_t now);
