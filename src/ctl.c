@@ -7,6 +7,7 @@
  * Counters are kept where the allocator already holds a lock (bin fills and flushes,
  * extent changes); reading them takes those locks once per epoch, never the fast path.
  */
+#define OS_PAGE_VARIABLE /* arenas.page reads the variable */
 #include <errno.h>
 #include <stddef.h>
 #include <string.h>

@@ -195,12 +195,13 @@ static void huge_trim(void) {
   mtx_unlock(&h->elock);
 }
 
-void arena_note_dirty(arena_t *a) {
+void arena_note_dirty(arena_t *a, uint64_t now) {
   if (a->huge) huge_note(a);
   size_t nd = a->dirty.npages;
   if (nd == 0 && a->muzzy.npages == 0) return;
   int64_t ms = decay_ms(&a->ddecay);
-  bool due = nd > dirty_cap(a) || ms == 0;
+  /* The cap is never below DIRTY_CAP_MIN: under it, no need to work the cap out. */
+  bool due = ms == 0 || (nd > DIRTY_CAP_MIN / os_page && nd > dirty_cap(a));
   if (!due && __atomic_load_n(&bg_enabled, __ATOMIC_RELAXED)) {
     /* The background thread decays: tell it only when it does not know of this arena's
      * pages yet, or when they grew fast since it last looked. */
@@ -209,7 +210,6 @@ void arena_note_dirty(arena_t *a) {
     a->bg_seen_npages = nd;
     due = true;
   } else if (!due) {
-    uint64_t now = decay_now();
     due = (ms > 0 && now - a->ddecay.epoch_ns >= step_ns(ms)) ||
           (a->muzzy.npages && decay_ms(&a->mdecay) >= 0 &&
            now - a->mdecay.epoch_ns >= step_ns(decay_ms(&a->mdecay)));

@@ -13,9 +13,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#define OS_PAGE_VARIABLE
 #include "internal.h"
 
 size_t os_page = 4096;
+unsigned os_lg_page = 12;
 unsigned os_ncpus = 1;
 uint64_t os_mem_limit = 0;
 static size_t os_committed; /* atomic: active + dirty bytes of every arena */
@@ -183,7 +185,10 @@ static uint64_t cgroup_mem_stat(const char *k2, const char *k1) {
 
 void os_init(void) {
   unsigned long pg = getauxval(AT_PAGESZ);
-  if (pg >= 4096 && (pg & (pg - 1)) == 0) os_page = pg;
+  if (pg >= 4096 && (pg & (pg - 1)) == 0) {
+    os_page = pg;
+    os_lg_page = (unsigned)__builtin_ctzl(pg);
+  }
 
   /* CPUs in the affinity mask: the kernel fills as many bytes as it uses. */
   uint64_t mask[128];

@@ -306,6 +306,55 @@ static void test_front_cut_keeps_the_free_edata_as_the_rest(void) {
   purge_ordinary();
 }
 
+/* A front cut whose rest falls into a lower bucket (wl_halffree's slabs: 47% of cuts)
+ * keeps the free edata as the rest too: it moves heaps, keeps its age in the purge order
+ * behind an older extent, and the bucket statistics follow. */
+static void test_front_cut_moves_the_rest_to_a_lower_bucket(void) {
+  arena_t *x = arena_get(1);
+  purge_ordinary();
+  mtx_lock(&x->elock);
+  edata_t *old = extent_alloc(x, 2 * os_page, os_page); /* too small for the cut below */
+  edata_t *sep = extent_alloc(x, os_page, os_page);     /* keeps old and e apart */
+  edata_t *e = extent_alloc(x, 12 * os_page, os_page);
+  CHECK(old != NULL && sep != NULL && e != NULL);
+  if (old == NULL || sep == NULL || e == NULL) {
+    mtx_unlock(&x->elock);
+    return;
+  }
+  unsigned b12 = psz_floor_fast(12), b8 = psz_floor_fast(8);
+  CHECK(b8 != b12); /* the rest changes buckets */
+  uintptr_t addr = e->addr;
+  extent_dalloc(x, old);
+  extent_dalloc(x, e);
+  edata_t *fe = entry_edata(addr), *fo = entry_edata(old->addr);
+  CHECK(fe != NULL && fe->state == ES_DIRTY && fe->size == 12 * os_page && fo != NULL && fo != fe);
+  CHECK_EQ(x->dirty.npages, 14);
+  uint32_t n12 = x->dirty.nextents[b12], n8 = x->dirty.nextents[b8];
+  size_t p12 = x->dirty.bpages[b12], p8 = x->dirty.bpages[b8];
+  edata_t *g = extent_alloc(x, 4 * os_page, os_page);
+  CHECK(g != NULL && g->addr == addr && g->size == 4 * os_page && g->state == ES_ACTIVE);
+  CHECK(g != fe);
+  CHECK(entry_edata(addr + 4 * os_page) == fe && entry_edata(addr + 11 * os_page) == fe);
+  CHECK(fe->addr == addr + 4 * os_page && fe->size == 8 * os_page && fe->state == ES_DIRTY);
+  CHECK_EQ(fe->bucket, b8);
+  CHECK_EQ(x->dirty.npages, 10);
+  CHECK_EQ(x->dirty.nextents[b12], n12 - 1);
+  CHECK_EQ(x->dirty.nextents[b8], n8 + 1);
+  CHECK_EQ(x->dirty.bpages[b12], p12 - 12);
+  CHECK_EQ(x->dirty.bpages[b8], p8 + 8);
+  CHECK(x->dirty.lru_head == fo && fo->lru_next == fe && x->dirty.lru_tail == fe);
+  edata_t *h = extent_alloc(x, 8 * os_page, os_page); /* the rest is found in its new heap */
+  CHECK(h != NULL && h->addr == addr + 4 * os_page);
+  CHECK_EQ(x->dirty.npages, 2);
+  if (h) extent_dalloc(x, h);
+  if (g) extent_dalloc(x, g);
+  edata_t *w = entry_edata(addr);
+  CHECK(w != NULL && w->state == ES_DIRTY && w->addr == addr && w->size == 12 * os_page);
+  extent_dalloc(x, sep);
+  mtx_unlock(&x->elock);
+  purge_ordinary();
+}
+
 /* Muzzy pages (purged lazily) move too, when no arena has dirty pages that fit. */
 static void test_arena_takes_another_arenas_muzzy_pages(void) {
   arena_t *x = arena_get(1), *y = arena_get(2);
@@ -678,6 +727,7 @@ int main(void) {
   RUN(test_arena_takes_another_arenas_dirty_pages);
   RUN(test_arena_takes_another_arenas_muzzy_pages);
   RUN(test_front_cut_keeps_the_free_edata_as_the_rest);
+  RUN(test_front_cut_moves_the_rest_to_a_lower_bucket);
   RUN(test_arena_passes_over_a_locked_arena);
   RUN(test_fragmented_dirty_pages_give_way);
   RUN(test_fragments_under_the_share_stay);
