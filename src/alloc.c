@@ -723,7 +723,7 @@ static void *ialloc_tc(tsd_t *tsd, szind_t ind, bool zero, tcache_t *tc) {
   }
   tsd->reentrant = 0;
   if (p == NULL) return NULL;
-  if (ind <= SZ_NSMALL) TAG_WORD(p) = 0;
+  TAG_WORD(p) = 0; /* cached classes only: small, or large that free() may have tagged */
   if (zero) memset(p, 0, usize);
   tsd->allocated += usize;
   alloc_fill(p, usize, zero);
