@@ -23,6 +23,7 @@ static inline void tcache_push_slow(tsd_t *tsd, tcache_t *tc, szind_t ind, void 
   tbin_t *b = &tc->bins[ind];
   tsd->reentrant = 1;
   if (ind <= SZ_NSMALL) TAG_WORD(p) = TAG_OF(p);
+  else if (unlikely(p == b->head)) strata_invalid_free("free", p); /* large: freed twice in a row */
   if (likely(b->avail != 0)) {
     LINK_SET(p, b->head);
     b->head = p;
@@ -95,7 +96,8 @@ done:
   tsd->reentrant = 0;
   if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
   if (likely(p != NULL)) {
-    if (ind <= SZ_NSMALL) TAG_WORD(p) = 0; /* allocated: untagged */
+    /* allocated: untagged (cached large classes too: free()'s fast path tags them) */
+    if (ind <= SZ_NSMALL || ind < tcache_nbins) TAG_WORD(p) = 0;
     tsd->allocated += usize;
     alloc_fill(p, usize, zero || opt.zero);
   }
@@ -301,9 +303,9 @@ static NOINLINE void *malloc_slow(size_t size) {
         if (unlikely(!link_plausible(p))) strata_heap_corruption(p, ind);
         b->head = LINK_DEC(p);
         b->avail++;
+        TAG_WORD(p) = 0; /* allocated: untagged (free()'s fast path tags large classes too) */
         if (ind <= SZ_NSMALL) {
-          TAG_WORD(p) = 0; /* allocated: untagged */
-          b->nmalloc++;    /* counted into thread.allocated as the fast path's are */
+          b->nmalloc++; /* counted into thread.allocated as the fast path's are */
         } else {
           strata_tsd.allocated += sz_size[ind];
         }
@@ -331,17 +333,23 @@ EXPORT void *strata_malloc(size_t size) {
   return malloc_slow(size);
 }
 
-/* free_slow for a large class: a cached one (16-32 KiB: the page map gives them no class,
- * so free() reaches free_slow) goes into the thread's bin when it has room, without
- * idalloc's other cases (wl_xthread: 1 in 8 frees; ~60 instructions less); anything else
- * through idalloc. Out of line and a tail call, so that free_slow's registers stay as they
- * were for its other callers (full bins of small classes: the producer/consumer figure). */
+/* free_slow for a large class. A cached one (16-32 KiB by default) has its class in its
+ * first page-map entry (large_rt_ind, arena.c) and free()'s fast path pushes it; it gets
+ * here when that push was refused (a full bin, a thread without its cache, a block still
+ * carrying its free tag: freed twice, or a stale tag from an earlier life at that address,
+ * which is why the tag is no proof here) or when its entry has class 0 (prof:true, user
+ * arenas, a block made before the cache was booted). It goes into the thread's bin when it
+ * has room, without idalloc's other cases; a block that is the bin's head is freed twice;
+ * anything else through idalloc. Out of line and a tail call, so that free_slow's
+ * registers stay as they were for its other callers (full bins of small classes: the
+ * producer/consumer figure). */
 static NOINLINE void free_slow_large(void *p, edata_t *ed, szind_t ind, bool use_tcache, int saved) {
   tsd_t *tsd = &strata_tsd;
   if (ind < tcache_nbins && use_tcache && tsd->state == TSD_ACTIVE && !tsd->reentrant && !tsd->in_hook &&
       !__atomic_load_n(&prof_on, __ATOMIC_RELAXED) && !(opt.junk & JUNK_FREE) && ed->arena_id != GUARD_ARENA &&
       !arena_ind_is_user(edata_arena_ind(ed))) {
     tbin_t *b = &tsd->tcache->bins[ind];
+    if (unlikely(p == b->head)) strata_invalid_free("free", p);
     if (likely(b->avail != 0)) {
       tsd->deallocated += sz_size[ind];
       LINK_SET(p, b->head);
@@ -465,8 +473,10 @@ static inline bool free_fast(void *p, size_t ind) {
 EXPORT void strata_free(void *p) {
   uint64_t *slot = rtree_slot((uintptr_t)p);
   if (likely(slot != NULL)) {
-    /* The entry's class is 0 unless p is in a slab, and bin 0 never has room: large
-     * blocks, free extents and foreign pages all take the slow path, which validates. */
+    /* The entry's class is 0 unless p is in a slab or starts a large block free() may
+     * cache (arena.c, large_rt_ind: whose bin's alignment is a page, and whose other
+     * entries read 0), and bin 0 never has room: other large blocks, free extents and
+     * foreign pages all take the slow path, which validates. */
     size_t ind = rt_szind(__atomic_load_n(slot, __ATOMIC_RELAXED));
     if (likely(free_fast(p, ind))) return;
   }
@@ -713,7 +723,7 @@ static void *ialloc_tc(tsd_t *tsd, szind_t ind, bool zero, tcache_t *tc) {
   }
   tsd->reentrant = 0;
   if (p == NULL) return NULL;
-  if (ind <= SZ_NSMALL) TAG_WORD(p) = 0;
+  TAG_WORD(p) = 0; /* cached classes only: small, or large that free() may have tagged */
   if (zero) memset(p, 0, usize);
   tsd->allocated += usize;
   alloc_fill(p, usize, zero);

@@ -145,6 +145,14 @@ void *arena_small_alloc(arena_t *a, szind_t ind, bool zero) {
   return p;
 }
 
+/* The class a large block's first rtree entry carries: its own where free()'s fast path may
+ * push it into a thread cache (a cached class, prof:false: tcache_nbins_malloc), 0 where
+ * free must take the slow path (user arenas' blocks never enter the ordinary caches; the
+ * sampled ones reach the prof free path; guard blocks are registered by guard.c). */
+static inline szind_t large_rt_ind(const arena_t *a, szind_t ind) {
+  return ind < tcache_nbins_malloc && !a->user ? ind : 0;
+}
+
 void *arena_large_alloc(arena_t *a, size_t usize, size_t align, bool zero) {
   size_t esize = (usize + os_page - 1) & ~(os_page - 1);
   szind_t ind = sz_size2index(usize);
@@ -153,7 +161,7 @@ void *arena_large_alloc(arena_t *a, size_t usize, size_t align, bool zero) {
   bool zeroed = false;
   if (e) {
     e->szind = (uint16_t)ind;
-    extent_register(e, ind, false);
+    extent_register(e, large_rt_ind(a, ind), false);
     a->large_allocated += usize;
     a->nlarge_malloc++;
     lext_count(a->lext_nmalloc, ind);
@@ -197,7 +205,7 @@ bool arena_large_resize(edata_t *e, size_t usize) {
     lext_count(a->lext_ndalloc, e->szind);
     lext_count(a->lext_nmalloc, ind);
     e->szind = (uint16_t)ind;
-    extent_register(e, ind, false);
+    extent_register(e, large_rt_ind(a, ind), false);
     a->large_allocated += usize - old_usize;
   }
   mtx_unlock(&a->elock);
@@ -245,7 +253,7 @@ void *arena_large_remap(edata_t *e, size_t usize) {
   e->size = esize;
   e->szind = (uint16_t)sz_size2index(usize);
   lext_count(a->lext_nmalloc, e->szind);
-  extent_register(e, e->szind, false);
+  extent_register(e, large_rt_ind(a, e->szind), false);
   mtx_unlock(&a->elock);
   arena_maybe_purge(a);
   return p;

@@ -153,9 +153,10 @@ void extent_register(edata_t *e, unsigned szind, bool slab) {
     rtree_write_range(e->addr, e->size / GRAN, rt_make(e, szind, 1));
     return;
   }
-  (void)szind; /* large and free extents: class 0, see the rtree entry layout */
+  /* Large and free extents: the first entry carries szind, which arena.c gives only a
+   * block free() may cache (large_rt_ind); the last one class 0. */
   rtree_write(last_gran(e), rt_make(e, 0, 0));
-  rtree_write(e->addr, rt_make(e, 0, 0));
+  rtree_write(e->addr, rt_make(e, szind, 0));
 }
 
 void extent_deregister_interior(edata_t *e) {

@@ -442,10 +442,10 @@ void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated)
   *allocated = tsd->allocated;
   *deallocated = tsd->deallocated;
   if (tsd->state != TSD_ACTIVE) return;
-  for (szind_t i = 1; i <= SZ_MALLOC_FAST_IND && i < tcache_nbins; i++) { /* strata_malloc counts nmalloc */
+  for (szind_t i = 1; i <= SZ_MALLOC_FAST_IND && i < tcache_nbins; i++) /* strata_malloc counts nmalloc */
     *allocated += tbin_nmalloc(tsd->tcache, i) * sz_size[i];
+  for (szind_t i = 1; i < tcache_nbins; i++) /* free()'s fast path counts ndalloc, large classes too */
     *deallocated += tsd->tcache->bins[i].ndalloc * sz_size[i];
-  }
 }
 
 void tcache_flush_all(tcache_t *tc) {

@@ -1346,6 +1346,10 @@ static void double_free_large(void *arg)
 }
 TEST(test_double_free_of_large_block_aborts_at_once)
 {
+    /* 16-32 KiB blocks are cached: free()'s fast path tags one, the second free misses it
+     * and finds the block at the head of its bin. */
+    expect_invalid_free(double_free_large, (void *)(size_t)(16 * KiB));
+    expect_invalid_free(double_free_large, (void *)(size_t)(20 * KiB));
     expect_invalid_free(double_free_large, (void *)(size_t)(64 * KiB));
     expect_invalid_free(double_free_large, (void *)(size_t)(3 * MiB));
     expect_invalid_free(double_free_large, (void *)(size_t)(20 * MiB));

@@ -324,6 +324,77 @@ static void test_large_bins_hold_their_bytes(void) {
   for (unsigned k = 0; k < 8; k++) strata_free(p[k]);
 }
 
+/* A cached large block (16-32 KiB) carries its class in its first page-map entry, so
+ * free()'s fast path pushes it into the thread's bin as it does a small region: counted in
+ * the bin's ndalloc, which only that path counts (the slow path's push adds to the thread's
+ * deallocated bytes instead). realloc keeps the entry exact: a class where the new size is
+ * cached, 0 where it is not. A user arena's block gets class 0 and goes back to its arena,
+ * never into the thread's cache; a block popped again carries no free tag. */
+static void test_large_frees_take_the_fast_path(void) {
+  static const size_t sizes[] = {16384, 20480, 32768};
+  szind_t i32 = sz_size2index(32768), i64 = sz_size2index(65536);
+  if (i32 >= tcache_nbins_malloc || i64 < tcache_nbins) {
+    printf("     tcache_max not 32 KiB: skipped\n");
+    return;
+  }
+  arena_t *own = strata_tsd.tcache->arena;
+  for (unsigned k = 0; k < 3; k++) {
+    szind_t ind = sz_size2index(sizes[k]);
+    void *p = strata_malloc(sizes[k]);
+    CHECK(p != NULL);
+    CHECK_EQ(rt_szind(rtree_read((uintptr_t)p)), ind);
+    CHECK_EQ(rt_szind(rtree_read((uintptr_t)p + os_page)), 0); /* interior: no class */
+    tbin_t *b = bin_of(ind);
+    uint32_t n0 = tbin_count(b, ind);
+    CHECK(n0 < tbin_max[ind]); /* p's pop left room */
+    uint64_t nd0 = b->ndalloc, ld0 = own->nlarge_dalloc, a0, d0, a1, d1;
+    tcache_counts(&strata_tsd, &a0, &d0);
+    strata_free(p);
+    CHECK(b->head == p);
+    CHECK_EQ(tbin_count(b, ind), n0 + 1);
+    CHECK_EQ(b->ndalloc - nd0, 1); /* the fast path's push */
+    CHECK_EQ(own->nlarge_dalloc, ld0);
+    tcache_counts(&strata_tsd, &a1, &d1);
+    CHECK_EQ(d1 - d0, sizes[k]);
+    void *q = strata_malloc(sizes[k]);
+    CHECK(q == p);
+    CHECK_EQ(TAG_WORD(q), 0);
+    strata_free(q);
+  }
+  /* realloc in place or moved: the entry names the new class, or none. */
+  szind_t i16 = sz_size2index(16384), i20 = sz_size2index(20480);
+  void *r = strata_malloc(16384);
+  CHECK_EQ(rt_szind(rtree_read((uintptr_t)r)), i16);
+  r = strata_realloc(r, 20000);
+  CHECK_EQ(rt_szind(rtree_read((uintptr_t)r)), i20);
+  r = strata_realloc(r, 65536);
+  CHECK_EQ(rt_szind(rtree_read((uintptr_t)r)), 0);
+  r = strata_realloc(r, 32768);
+  CHECK_EQ(rt_szind(rtree_read((uintptr_t)r)), i32);
+  strata_free(r);
+  /* A user arena's block: class 0, back to its arena. */
+  unsigned ua;
+  size_t sz = sizeof ua;
+  CHECK_EQ(au_arenas_create(NULL, 0, &ua, &sz, NULL, 0), 0);
+  arena_t *u = arena_get(ua);
+  CHECK(u != NULL && u->user);
+  if (u == NULL) return;
+  void *x = strata_mallocx(16384, MALLOCX_ARENA(ua));
+  CHECK(x != NULL);
+  CHECK_EQ(rt_szind(rtree_read((uintptr_t)x)), 0);
+  tbin_t *b16 = bin_of(i16);
+  void *hold = strata_malloc(16384); /* the bin has room: only the class keeps x out */
+  uint32_t n0 = tbin_count(b16, i16);
+  CHECK(n0 < tbin_max[i16]);
+  uint64_t nd0 = b16->ndalloc, ud0 = u->nlarge_dalloc;
+  strata_free(x);
+  CHECK(b16->head != x);
+  CHECK_EQ(tbin_count(b16, i16), n0);
+  CHECK_EQ(b16->ndalloc, nd0);
+  CHECK_EQ(u->nlarge_dalloc - ud0, 1);
+  strata_free(hold);
+}
+
 /* More than tcache_crowd_nlive live thread caches: a cache made then keeps only the
  * classes up to 1 KiB (4 KiB and 16 KiB blocks freed go back to their arena, a 64 B one
  * is cached); once the others have exited, a round of GC visits opens them again.
@@ -420,6 +491,7 @@ int main(void) {
   RUN(test_large_allocations_drive_gc);
   RUN(test_large_traffic_thread_fills_small_classes_lean);
   RUN(test_large_bins_hold_their_bytes);
+  RUN(test_large_frees_take_the_fast_path);
   RUN(test_crowded_caches_keep_small_classes_only);
   UNIT_EXIT();
 }
