@@ -140,11 +140,16 @@ static uint64_t sample_mean(void) {
   return (uint64_t)1 << __atomic_load_n(&prof_lg_sample_now, __ATOMIC_RELAXED);
 }
 
+/* An Exp(1) draw: -log(u), u uniform in (0, 1]. */
+static double exp_unit(uint64_t *rng) {
+  double u = ((double)(rng_next(rng) >> 11) + 1.0) / 9007199254740993.0;
+  return -log(u);
+}
+
 /* An exponentially distributed interval with the given mean, at least 1 byte. */
 uint64_t prof_exp_draw(uint64_t *rng, uint64_t mean) {
   if (mean == 1) return 1;
-  double u = ((double)(rng_next(rng) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
-  double v = -log(u) * (double)mean;
+  double v = exp_unit(rng) * (double)mean;
   if (v < 1.0) v = 1.0;
   if (v > 4e18) v = 4e18;
   return (uint64_t)v;
@@ -216,8 +221,7 @@ static uint64_t class_draw(prof_tdata_t *td, size_t usize) {
   uint64_t mean = sample_mean();
   uint64_t k = 1;
   if (mean != 1) {
-    double u = ((double)(rng_next(&td->rng) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1) */
-    double v = ceil(-log(u) * (double)mean / (double)usize);
+    double v = ceil(exp_unit(&td->rng) * (double)mean / (double)usize);
     k = v < 1.0 ? 1 : v > 4e18 / (double)usize ? (uint64_t)(4e18 / (double)usize) : (uint64_t)v;
   }
   interval_note(k * usize);
