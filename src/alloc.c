@@ -237,7 +237,7 @@ static NOINLINE void *malloc_prof_general(size_t size) { return malloc_general(s
 static NOINLINE void *malloc_prof_class(size_t size) {
   /* The class again, not passed: malloc_prof would keep it in a second register (a move
    * on every prof:true malloc). */
-  size_t ind = __atomic_load_n(&sz_prof_tab.ind[(size + 7) >> 3], __ATOMIC_RELAXED);
+  size_t ind = __atomic_load_n(&sz_prof_ind[(size + 7) >> 3], __ATOMIC_RELAXED);
   tsd_t *tsd = &strata_tsd;
   tcache_t *tc = tsd->tcache;
   tbin_t *b = &tc->bins[ind];
@@ -266,7 +266,7 @@ static NOINLINE void *malloc_prof_class(size_t size) {
 static NOINLINE void *malloc_prof(size_t size) {
   if (likely(size <= SZ_LOOKUP_MAX)) {
     /* Shaped as strata_malloc's pop, with one more instruction (the jns below) and the jump. */
-    size_t ind = __atomic_load_n(&sz_prof_tab.ind[(size + 7) >> 3], __ATOMIC_RELAXED);
+    size_t ind = __atomic_load_n(&sz_prof_ind[(size + 7) >> 3], __ATOMIC_RELAXED);
     tbin_t *b = &strata_tsd.tcache->bins[ind];
     void *p = b->head;
     if (likely((((uintptr_t)p - 1) >> 47) == 0)) {

@@ -293,10 +293,7 @@ static inline szind_t sz_lookup_read(size_t size) {
 #define SZ_MALLOC_FAST_IND (SZ_NSMALL + 1) /* the class of SZ_MALLOC_FAST_MAX */
 HIDDEN extern uint8_t sz_malloc_lookup[(SZ_MALLOC_FAST_MAX >> 3) + 1];
 /* malloc_prof's copy of sz_lookup (filled by sz_init with prof:true). */
-typedef struct {
-  uint8_t ind[(SZ_LOOKUP_MAX >> 3) + 1];
-} sz_prof_tab_t;
-HIDDEN extern sz_prof_tab_t sz_prof_tab;
+HIDDEN extern uint8_t sz_prof_ind[(SZ_LOOKUP_MAX >> 3) + 1];
 static inline szind_t sz_malloc_lookup_read(size_t size) {
   return __atomic_load_n(&sz_malloc_lookup[(size + 7) >> 3], __ATOMIC_RELAXED);
 }

@@ -8,7 +8,7 @@ uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
 uint8_t sz_lookup_k[SZ_LOOKUP_K_MAX >> 10]; /* [(size - 1) >> 10], size in (SZ_LOOKUP_MAX, 32 KiB] */
 uint8_t psz_floor_tab[PSZ_TAB_N], psz_ceil_tab[PSZ_TAB_N];
 uint8_t sz_malloc_lookup[(SZ_MALLOC_FAST_MAX >> 3) + 1];
-sz_prof_tab_t sz_prof_tab;
+uint8_t sz_prof_ind[(SZ_LOOKUP_MAX >> 3) + 1];
 size_t sz_size[SZ_NCLASSES + 1];
 bin_info_t bin_info[SZ_NSMALL + 1];
 
@@ -69,7 +69,7 @@ void sz_init(void) {
     __atomic_store_n(&sz_lookup[s >> 3], (uint8_t)c, __ATOMIC_RELAXED);
     /* prof:true (prof_boot ran first) leaves malloc's copy all 0: see sz_malloc_lookup. */
     __atomic_store_n(&sz_malloc_lookup[s >> 3], prof_on ? 0 : (uint8_t)c, __ATOMIC_RELAXED);
-    if (prof_on) __atomic_store_n(&sz_prof_tab.ind[s >> 3], (uint8_t)c, __ATOMIC_RELAXED);
+    if (prof_on) __atomic_store_n(&sz_prof_ind[s >> 3], (uint8_t)c, __ATOMIC_RELAXED);
   }
   for (size_t s = SZ_LOOKUP_MAX + 8; s <= SZ_MALLOC_FAST_MAX; s += 8) /* malloc's copy goes on */
     __atomic_store_n(&sz_malloc_lookup[s >> 3], prof_on ? 0 : (uint8_t)SZ_MALLOC_FAST_IND, __ATOMIC_RELAXED);
