@@ -830,30 +830,6 @@ void extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size) {
   arena_note_dirty(a, t->dirty_ns);
 }
 
-/* Purging takes whole extents, oldest first; freed neighbours coalesce, so the oldest
- * can be most of the set (a free storm of adjacent blocks), and purging it whole went far
- * below the target: a cap meant to keep 72 MiB for reuse kept 1 MiB. When the extent e
- * (just out of its set, still in the LRU) is larger than what must go and the part that
- * stays is worth keeping, its low `keep` pages go back into the set, at e's place in the
- * purge order, and its top, returned, is purged; NULL: purge e whole. */
-#define PURGE_SPLIT_MIN ((size_t)256 << 10)
-static edata_t *purge_split(arena_t *a, eset_t *es, edata_t *e, size_t keep) {
-  size_t low = keep * os_page;
-  if (low < PURGE_SPLIT_MIN || low >= e->size) return NULL;
-  edata_t *top = edata_get(a);
-  if (top == NULL) return NULL; /* purge it whole: correct, only more than asked */
-  top->addr = e->addr + low;
-  top->size = e->size - low;
-  top->zeroed = e->zeroed;
-  top->committed = e->committed;
-  top->dirty_ns = e->dirty_ns;
-  e->size = low;
-  extent_register(top, 0, false);
-  extent_register(e, 0, false); /* after top's: e's new last entry */
-  eset_insert(es, e);
-  return top;
-}
-
 size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool lazy) {
   extent_hooks_t *h = arena_hooks(a);
   /* A hooked arena's dirty pages go through its hooks (never muzzy: jemalloc's
@@ -870,12 +846,7 @@ size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool lazy) {
     while (es->npages > target_pages && es->lru_head != NULL && n < 64) {
       edata_t *e = es->lru_head;
       eset_remove(es, e);
-      edata_t *top = purge_split(a, es, e, es->npages < target_pages ? target_pages - es->npages : 0);
-      if (top != NULL) {
-        e = top; /* e's low part stays in the set, at its age */
-      } else {
-        lru_remove(es, e);
-      }
+      lru_remove(es, e);
       e->state = ES_PURGING;
       e->lru_next = batch;
       batch = e;

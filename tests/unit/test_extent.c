@@ -112,40 +112,6 @@ static void test_purge_moves_dirty_to_retained(void) {
   mtx_unlock(&a->elock);
 }
 
-/* A purge down to a target keeps the target: a coalesced extent larger than what must go
- * is split, its low part kept dirty at its age (a free storm of adjacent blocks was purged
- * whole, far below the cap decay.c asked for). A part under 256 KiB is not worth a split. */
-static void test_purge_to_a_target_splits_the_oldest_extent(void) {
-  size_t M = (size_t)1 << 20, np = 8 * M / os_page;
-  mtx_lock(&a->elock);
-  extent_purge(a, ES_DIRTY, 0, false);
-  edata_t *e = extent_alloc(a, 8 * M, os_page);
-  CHECK(e != NULL);
-  uintptr_t addr = e->addr;
-  memset((void *)addr, 0xab, e->size);
-  extent_dalloc(a, e);
-  CHECK_EQ(a->dirty.npages, np); /* one extent: the set was empty */
-  size_t retained0 = a->retained.npages;
-  size_t purged = extent_purge(a, ES_DIRTY, np / 4, false);
-  CHECK_EQ(purged, np - np / 4);
-  CHECK_EQ(a->dirty.npages, np / 4);
-  CHECK_EQ(a->retained.npages, retained0 + np - np / 4);
-  /* The kept low part is one registered extent with its contents; the top reads zero. */
-  edata_t *k = rt_edata(rtree_read(addr));
-  CHECK(k != NULL && k->state == ES_DIRTY && k->addr == addr && k->size == 2 * M);
-  CHECK(rt_edata(rtree_read(addr + 2 * M - GRAN)) == k);
-  edata_t *t = rt_edata(rtree_read(addr + 2 * M));
-  CHECK(t != NULL && t->state == ES_RETAINED);
-  edata_t *f = extent_alloc(a, 2 * M, os_page);
-  CHECK(f != NULL && f->addr == addr);
-  CHECK(((unsigned char *)addr)[2 * M - 1] == 0xab);
-  extent_dalloc(a, f);
-  /* Keeping less than 256 KiB purges the extent whole. */
-  CHECK_EQ(extent_purge(a, ES_DIRTY, 16, false), np / 4);
-  CHECK_EQ(a->dirty.npages, 0);
-  mtx_unlock(&a->elock);
-}
-
 static void test_pairing_heap_orders_by_address(void) {
   edata_t nodes[64];
   ph_node_t *root = NULL;
@@ -760,7 +726,6 @@ int main(void) {
   RUN(test_aligned_alloc_splits_lead_and_trail);
   RUN(test_grow_and_shrink_in_place);
   RUN(test_purge_moves_dirty_to_retained);
-  RUN(test_purge_to_a_target_splits_the_oldest_extent);
   RUN(test_pairing_heap_orders_by_address);
   RUN(test_huge_reuse_grows_freed_block);
   RUN(test_huge_request_gathers_freed_blocks);
