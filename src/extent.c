@@ -673,9 +673,10 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
   if (f == NULL && !a->huge && !a->user && h == NULL && a->ind < narenas) {
     edata_t *taken = NULL;
     unsigned got = extent_steal(a, np, align == os_page ? &taken : NULL);
-    if (taken != NULL) {
-      f = taken;
-      goto active;
+    if (taken != NULL) { /* active already; an ordinary arena's pages: no hook, no user list */
+      a->nactive += np;
+      note_active_peak(a);
+      return taken;
     }
     if (got != ES_ACTIVE) {
       state = got;
@@ -764,8 +765,7 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     if (state == ES_MUZZY) f->zeroed = 0; /* MADV_FREE pages may keep their contents */
   }
   f->state = ES_ACTIVE;
-active:
-  sassert(f->addr % align == 0 && f->state == ES_ACTIVE);
+  sassert(f->addr % align == 0);
   if (0) {
   fresh:
     if ((f = extent_alloc_fresh(a, h, size, align)) == NULL) return NULL;
