@@ -433,7 +433,8 @@ static bool commit_or_purge(arena_t *a, size_t size) {
  * in fresh pages). An ordinary arena that needs pages and has none of its own that fit
  * now takes np pages from another ordinary arena's dirty or muzzy set before it touches retained
  * memory: the lowest np pages of that arena's best fit move to this arena (edata, page
- * map boundaries, mapped bytes) and join its set, where the caller finds them. Only
+ * map boundaries, mapped bytes) and join its set, where the caller finds them, or with
+ * take (a request of exactly np pages) go to *take as an active extent. Only
  * arenas whose elock is free are asked (trylock: a's elock is held, and waiting for a
  * second arena's could deadlock), so no thread waits on another arena. User arenas,
  * hooked arenas and the oversize arena neither give nor take: their pages may come from
