@@ -311,6 +311,13 @@ static NOINLINE void *malloc_slow(size_t size) {
         }
         return p;
       }
+      /* A miss: ialloc with the class found here (malloc_general would work it out again);
+       * class 0 (no class: an impossible size) goes on to malloc_general's ENOMEM. */
+      if (likely(ind != 0)) {
+        p = ialloc(&strata_tsd, ind, false, true, NULL);
+        if (unlikely(p == NULL)) errno = ENOMEM;
+        return p;
+      }
     }
   }
   return malloc_general(size);

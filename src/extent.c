@@ -433,7 +433,8 @@ static bool commit_or_purge(arena_t *a, size_t size) {
  * in fresh pages). An ordinary arena that needs pages and has none of its own that fit
  * now takes np pages from another ordinary arena's dirty or muzzy set before it touches retained
  * memory: the lowest np pages of that arena's best fit move to this arena (edata, page
- * map boundaries, mapped bytes) and join its set, where the caller finds them. Only
+ * map boundaries, mapped bytes) and join its set, where the caller finds them, or with
+ * take (a request of exactly np pages) go to *take as an active extent. Only
  * arenas whose elock is free are asked (trylock: a's elock is held, and waiting for a
  * second arena's could deadlock), so no thread waits on another arena. User arenas,
  * hooked arenas and the oversize arena neither give nor take: their pages may come from
@@ -441,7 +442,7 @@ static bool commit_or_purge(arena_t *a, size_t size) {
  * came (ES_DIRTY or ES_MUZZY), ES_ACTIVE if none. */
 uint64_t extent_nsteals; /* atomic: stats, and the unit test's witness */
 uint64_t extent_nsteal_locks; /* atomic: other arenas' elocks taken to look (unit tests) */
-static unsigned extent_steal(arena_t *a, size_t np) {
+static unsigned extent_steal(arena_t *a, size_t np, edata_t **take) {
   unsigned n = narenas;
   for (unsigned k = 1; k < n; k++) {
     arena_t *o = __atomic_load_n(&arenas[(a->ind + k) % n], __ATOMIC_ACQUIRE);
@@ -484,6 +485,19 @@ static unsigned extent_steal(arena_t *a, size_t np) {
     }
     o->mapped -= size;
     a->mapped += size;
+    if (take != NULL) {
+      /* The request itself (take: a page-aligned request of exactly np pages): e is
+       * handed to extent_alloc active, instead of joining this arena's set only to be
+       * found, removed and cut again there (~350 instructions a steal; issue 10,
+       * s8-xthread). Its boundaries name e before o's lock goes, as below. */
+      e->state = ES_ACTIVE;
+      if (state == ES_MUZZY) e->zeroed = 0; /* MADV_FREE pages may keep their contents */
+      extent_register(e, 0, false);
+      mtx_unlock(&o->elock);
+      __atomic_fetch_add(&extent_nsteals, 1, __ATOMIC_RELAXED);
+      *take = e;
+      return state;
+    }
     /* e's boundaries now name this arena's edata: o, which holds its lock only while
      * reading them, sees another arena's id there and does not merge with it. */
     extent_insert_free(a, e, state);
@@ -658,7 +672,13 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
     f = eset_fit(&a->muzzy, np);
   }
   if (f == NULL && !a->huge && !a->user && h == NULL && a->ind < narenas) {
-    unsigned got = extent_steal(a, np);
+    edata_t *taken = NULL;
+    unsigned got = extent_steal(a, np, align == os_page ? &taken : NULL);
+    if (taken != NULL) { /* active already; an ordinary arena's pages: no hook, no user list */
+      a->nactive += np;
+      note_active_peak(a);
+      return taken;
+    }
     if (got != ES_ACTIVE) {
       state = got;
       f = eset_fit(eset_of(a, got), np);

@@ -360,6 +360,59 @@ static void test_front_cut_moves_the_rest_to_a_lower_bucket(void) {
   purge_ordinary();
 }
 
+/* A steal that takes a whole extent of exactly the pages asked for hands it to the caller
+ * active (issue 10, s8-xthread: it no longer joins the taker's dirty set to be found and
+ * cut there): both page-map boundaries name the taker's edata before the other arena's
+ * lock goes (the last one named the giver's edata, now back in its pool), the giver keeps
+ * nothing of it and the taker's set stays empty. A request aligned beyond a page takes
+ * more pages and cuts them in the taker's set, as before. */
+static void test_whole_stolen_extent_is_handed_over(void) {
+  arena_t *x = arena_get(1), *y = arena_get(2);
+  CHECK(x != NULL && y != NULL);
+  purge_ordinary();
+  mtx_lock(&x->elock);
+  edata_t *e1 = extent_alloc(x, 4 * os_page, os_page), *e2 = extent_alloc(x, 12 * os_page, os_page);
+  CHECK(e1 != NULL && e2 != NULL);
+  uintptr_t addr = e1 ? e1->addr : 0;
+  if (e1) extent_dalloc(x, e1); /* alone: its neighbours are active or retained */
+  CHECK_EQ(x->dirty.npages, 4);
+  mtx_unlock(&x->elock);
+  uint64_t steals = extent_nsteals;
+  mtx_lock(&y->elock);
+  edata_t *f = extent_alloc(y, 4 * os_page, os_page);
+  CHECK(f != NULL && f->addr == addr && f->size == 4 * os_page);
+  CHECK(f != NULL && f->state == ES_ACTIVE && edata_arena_ind(f) == y->ind);
+  CHECK(entry_edata(addr) == f);
+  CHECK(entry_edata(addr + 4 * os_page - GRAN) == f);
+  CHECK_EQ(y->dirty.npages, 0);
+  CHECK_EQ(y->dirty.nextents[psz_floor_fast(4)], 0);
+  mtx_unlock(&y->elock);
+  CHECK_EQ(extent_nsteals, steals + 1);
+  mtx_lock(&x->elock);
+  CHECK_EQ(x->dirty.npages, 0);
+  if (e2) extent_dalloc(x, e2);
+  mtx_unlock(&x->elock);
+  /* Freed in y, the pages are y's dirty pages, at their own boundaries. */
+  mtx_lock(&y->elock);
+  if (f) extent_dalloc(y, f);
+  CHECK(entry_edata(addr) == f && entry_edata(addr + 4 * os_page - GRAN) == f);
+  CHECK_EQ(y->dirty.npages, 4);
+  mtx_unlock(&y->elock);
+  /* Aligned to 8 pages: 11 pages move to y's set and the aligned 4 are cut there. */
+  uintptr_t base = dirty_extent_in(x);
+  steals = extent_nsteals;
+  mtx_lock(&y->elock);
+  edata_t *g = extent_alloc(y, 4 * os_page, 8 * os_page);
+  CHECK(g != NULL && g->addr % (8 * os_page) == 0 && g->size == 4 * os_page);
+  CHECK(g != NULL && g->addr >= base && g->addr + g->size <= base + 11 * os_page);
+  CHECK(g != NULL && edata_arena_ind(g) == y->ind && g->state == ES_ACTIVE);
+  CHECK_EQ(y->dirty.npages, 7); /* the 11 pages' lead and trail */
+  if (g) extent_dalloc(y, g);
+  mtx_unlock(&y->elock);
+  CHECK_EQ(extent_nsteals, steals + 1);
+  purge_ordinary();
+}
+
 /* Muzzy pages (purged lazily) move too, when no arena has dirty pages that fit. */
 static void test_arena_takes_another_arenas_muzzy_pages(void) {
   arena_t *x = arena_get(1), *y = arena_get(2);
@@ -731,6 +784,7 @@ int main(void) {
   RUN(test_huge_request_gathers_freed_blocks);
   RUN(test_arena_takes_another_arenas_dirty_pages);
   RUN(test_arena_takes_another_arenas_muzzy_pages);
+  RUN(test_whole_stolen_extent_is_handed_over);
   RUN(test_front_cut_keeps_the_free_edata_as_the_rest);
   RUN(test_front_cut_moves_the_rest_to_a_lower_bucket);
   RUN(test_arena_passes_over_a_locked_arena);
