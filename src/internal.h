@@ -272,6 +272,11 @@ typedef struct {
   uint32_t bm_words; /* bitmap words per slab */
   bool pow2;         /* size is a power of two <= page: an aligned pointer is a region start */
   uint64_t div_magic; /* ceil(2^32 / size): region index by multiply */
+  /* Slabs made while the thread caches are crowded (slab_new; issue 10, s8-native): the
+   * smallest page multiple with tail waste under 1/64, as jemalloc's, never more than
+   * slab_size. A slab's geometry is told by its size (slab_nregs). */
+  size_t slab_size_crowd;
+  uint32_t nregs_crowd;
 } bin_info_t;
 HIDDEN extern bin_info_t bin_info[SZ_NSMALL + 1];
 HIDDEN void sz_init(void);
@@ -351,6 +356,11 @@ struct edata_s {
   uint8_t bucket;      /* eset bucket while free */
   uint8_t committed;   /* hooked arenas: pages committed (always 1 for the OS source) */
 };
+/* Regions of slab s (either geometry of its class), and the bytes they cover. */
+static inline uint32_t slab_nregs(const edata_t *s, const bin_info_t *bi) {
+  return s->size == bi->slab_size ? bi->nregs : bi->nregs_crowd;
+}
+static inline uint64_t slab_used(const edata_t *s, const bin_info_t *bi) { return (uint64_t)slab_nregs(s, bi) * bi->size; }
 
 typedef struct {
   ph_node_t *heaps[PSZ_N];

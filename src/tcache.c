@@ -192,7 +192,8 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
                                                                       szind_t rt_ind, slab_run_t *runs,
                                                                       unsigned own, const bool check_start) {
   const bin_info_t *bi = &bin_info[ind];
-  const uint64_t magic = bi->div_magic, size = bi->size, used = (uint64_t)bi->nregs * bi->size;
+  const uint64_t magic = bi->div_magic, size = bi->size;
+  uint64_t used = 0; /* the current run's slab's region bytes (its geometry) */
   const uintptr_t key = tcache_key;
   flush_scan_t sc = {p, 0, (unsigned)-1, true};
   uintptr_t lo = 0;
@@ -207,6 +208,7 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
       runs[sc.nruns++] = (slab_run_t){slab, p, 0};
       len = 0;
       lo = slab->addr;
+      used = slab_used(slab, bi);
       diff = (uintptr_t)p - lo;
       if (unlikely(diff >= used)) strata_invalid_free("free", p); /* in the slab's tail */
       if (sc.remote == (unsigned)-1) sc.remote = slab->arena_id; /* ids: index + 1 */
