@@ -667,6 +667,7 @@ static inline void *link_next_k(const void *slot, uintptr_t key, unsigned ind) {
 static inline void *link_next(const void *slot, unsigned ind) { return link_next_k(slot, tcache_key, ind); }
 HIDDEN void tcache_boot(void);
 HIDDEN tcache_t *tcache_get_slow(tsd_t *tsd); /* creates the thread's cache; NULL if none */
+HIDDEN extern unsigned tcache_nthreads_seen; /* the process's threads, as last read (tcache.c) */
 HIDDEN extern unsigned tcache_nlive; /* thread caches listed (tcache_list_lock; fork resets it) */
 HIDDEN extern unsigned tcache_crowd_nlive; /* more live caches than this: crowded (tcache.c) */
 HIDDEN extern szind_t tcache_crowd_nbins;  /* crowded caches keep only the classes below it */

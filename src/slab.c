@@ -97,7 +97,8 @@ static void bitmap_init(uint64_t *bm, const bin_info_t *bi, uint32_t nregs) {
  * docs/design.md, "Many threads, eighth session". */
 static inline size_t slab_size_for(const arena_t *a, const bin_info_t *bi) {
   if (bi->slab_size_crowd != bi->slab_size && !a->user &&
-      __atomic_load_n(&tcache_nlive, __ATOMIC_RELAXED) > tcache_crowd_nlive)
+      (__atomic_load_n(&tcache_nlive, __ATOMIC_RELAXED) > tcache_crowd_nlive ||
+       __atomic_load_n(&tcache_nthreads_seen, __ATOMIC_RELAXED) > tcache_crowd_nlive))
     return bi->slab_size_crowd;
   return bi->slab_size;
 }

@@ -120,6 +120,34 @@ static void tcache_reset_bins(tcache_t *tc) {
 static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep);
 static void tcache_publish(tcache_t *tc, szind_t ind);
 
+/* The process's threads (num_threads, field 20 of /proc/self/stat), 0 if unreadable. */
+static unsigned threads_read(void) {
+  char buf[512];
+  if (os_read_file("/proc/self/stat", buf, sizeof(buf)) <= 0) return 0;
+  const char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+  if (p == NULL) return 0;
+  for (unsigned sp = 0; *p && sp < 18; p++) sp += *p == ' ';
+  unsigned v = 0;
+  while (*p >= '0' && *p <= '9') v = v * 10 + (unsigned)(*p++ - '0');
+  return v;
+}
+
+/* Threads that exist but have not allocated yet hold no cache: 100 threads released by a
+ * barrier make their caches one by one, and the arenas' first slabs come from the first
+ * few, uncrowded. A new cache other than the first reads the process's thread count, at
+ * most once per THREADS_PROBE_NS (7-9 us a read: at most 0.1% of a CPU), and slab_new
+ * takes the crowded geometry while it or the live caches are over tcache_crowd_nlive. A
+ * count that went stale as threads exited is read again at the next thread's cache. */
+#define THREADS_PROBE_NS ((uint64_t)10 * 1000000u)
+unsigned tcache_nthreads_seen;  /* atomic: the last count read */
+static uint64_t threads_probe_ns; /* atomic: when it was read */
+static void threads_probe(void) {
+  uint64_t now = decay_now(), last = __atomic_load_n(&threads_probe_ns, __ATOMIC_RELAXED);
+  if (last != 0 && now - last < THREADS_PROBE_NS) return;
+  if (!__atomic_compare_exchange_n(&threads_probe_ns, &last, now, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;
+  __atomic_store_n(&tcache_nthreads_seen, threads_read(), __ATOMIC_RELAXED);
+}
+
 static NOINLINE void tcache_crowd(tcache_t *tc) {
   unsigned n = __atomic_load_n(&tcache_nlive, __ATOMIC_RELAXED);
   if (n > tcache_crowd_nlive && tc->nbins_open > tcache_crowd_nbins) {
@@ -159,7 +187,9 @@ tcache_t *tcache_get_slow(tsd_t *tsd) {
   if (tcache_list) tcache_list->prev = tc;
   tcache_list = tc;
   __atomic_store_n(&tcache_nlive, tcache_nlive + 1, __ATOMIC_RELAXED);
+  bool probe = tcache_nlive >= 2;
   mtx_unlock(&tcache_list_lock);
+  if (probe) threads_probe();
   tcache_crowd(tc);
   tsd->tcache = tc;
   tsd->state = TSD_ACTIVE;
