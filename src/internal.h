@@ -277,6 +277,7 @@ typedef struct {
    * slab_size. A slab's geometry is told by its size (slab_nregs). */
   size_t slab_size_crowd;
   uint32_t nregs_crowd;
+  uint64_t used, used_crowd; /* region bytes of a slab of either geometry: nregs * size */
 } bin_info_t;
 HIDDEN extern bin_info_t bin_info[SZ_NSMALL + 1];
 HIDDEN void sz_init(void);
@@ -360,7 +361,9 @@ struct edata_s {
 static inline uint32_t slab_nregs(const edata_t *s, const bin_info_t *bi) {
   return s->size == bi->slab_size ? bi->nregs : bi->nregs_crowd;
 }
-static inline uint64_t slab_used(const edata_t *s, const bin_info_t *bi) { return (uint64_t)slab_nregs(s, bi) * bi->size; }
+static inline uint64_t slab_used(const edata_t *s, const bin_info_t *bi) {
+  return likely(s->size == bi->slab_size) ? bi->used : bi->used_crowd;
+}
 
 typedef struct {
   ph_node_t *heaps[PSZ_N];

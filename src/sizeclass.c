@@ -117,6 +117,8 @@ void sz_init(void) {
     if (cbest == 0) cbest = best;
     bi->slab_size_crowd = cbest;
     bi->nregs_crowd = (uint32_t)(cbest / size);
+    bi->used = (uint64_t)bi->nregs * size;
+    bi->used_crowd = (uint64_t)bi->nregs_crowd * size;
     bi->pow2 = (size & (size - 1)) == 0 && size <= os_page;
   }
 }
