@@ -364,6 +364,11 @@ static inline uint32_t slab_nregs(const edata_t *s, const bin_info_t *bi) {
 static inline uint64_t slab_used(const edata_t *s, const bin_info_t *bi) {
   return likely(s->size == bi->slab_size) ? bi->used : bi->used_crowd;
 }
+/* The offset of a slab's last region start, for either geometry: a region start's offset
+ * (a multiple of the size) is in the slab iff it is at most this; an offset above it is
+ * in the last region or the tail (the flush paths' one compare per region and one
+ * subtraction per slab). */
+static inline uint64_t slab_last(const edata_t *s, uint64_t size) { return s->size - size; }
 
 typedef struct {
   ph_node_t *heaps[PSZ_N];

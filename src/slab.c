@@ -322,7 +322,7 @@ static void bin_dalloc_runs_locked(arena_t *a, szind_t ind, slab_run_t *runs, un
   for (unsigned r = 0; r < nruns; r++) {
     edata_t *s = runs[r].slab;
     if (s == NULL || edata_arena_ind(s) != a->ind) continue;
-    const uint64_t nregs = slab_nregs(s, bi);
+    const uint64_t last = slab_last(s, size);
     runs[r].slab = NULL;
     uintptr_t base = s->addr;
     uint64_t *bm = s->bitmap;
@@ -338,7 +338,7 @@ static void bin_dalloc_runs_locked(arena_t *a, szind_t ind, slab_run_t *runs, un
       uint64_t diff = (uintptr_t)p - base;
       uint64_t regind = (diff * magic) >> 32;
       uint64_t bit = (uint64_t)1 << (regind % 64);
-      if (unlikely(regind * size != diff || regind >= nregs || (bm[regind / 64] & bit))) {
+      if (unlikely(regind * size != diff || diff > last || (bm[regind / 64] & bit))) {
         mtx_unlock(&bin->lock);
         strata_invalid_free("free", p);
       }
@@ -347,7 +347,7 @@ static void bin_dalloc_runs_locked(arena_t *a, szind_t ind, slab_run_t *runs, un
     }
     uint32_t before = s->nfree;
     s->nfree += runs[r].len;
-    sassert(s->nfree <= nregs && s->slab && s->szind == ind);
+    sassert(s->nfree <= slab_nregs(s, bi) && s->slab && s->szind == ind);
     s->bm_hint = 0; /* the next fill scans from the first word: bounded by bm_words */
     n += runs[r].len;
     slab_note_free(a, bin, bi, s, before);
@@ -370,7 +370,7 @@ void bin_dalloc_runs(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns) 
 static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szind_t rt_ind, void **pp, uint32_t n) {
   const bin_info_t *bi = &bin_info[ind];
   const uint64_t magic = bi->div_magic, size = bi->size;
-  uint64_t used = 0; /* s's region bytes (its geometry); 0 before the first slab */
+  uint64_t last = 0; /* s's last region start (slab_last); 0 before the first slab */
   const uintptr_t key = tcache_key;
   const unsigned id = a->ind + 1;
   void *p = *pp;
@@ -380,10 +380,10 @@ static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szi
   uint32_t start = 0, done = 0; /* s's regions so far: done - start */
   for (; done < n; done++) {
     uint64_t diff = (uintptr_t)p - base;
-    if (unlikely(diff >= used)) {
+    if (unlikely(diff > last)) {
       uint64_t e = rtree_read((uintptr_t)p);
       edata_t *t = rt_edata(e);
-      if (!(e & RT_SLAB) || rt_szind(e) != rt_ind || t == NULL || t->arena_id != id || (uintptr_t)p - t->addr >= slab_used(t, bi))
+      if (!(e & RT_SLAB) || rt_szind(e) != rt_ind || t == NULL || t->arena_id != id || (uintptr_t)p - t->addr > slab_last(t, size))
         break;
       uint64_t *tbm = t->bitmap;
       if (tbm == NULL && (tbm = slab_bitmap_regain(bin, ind, t)) == NULL) break;
@@ -396,7 +396,7 @@ static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szi
       s = t;
       bm = tbm;
       base = t->addr;
-      used = slab_used(t, bi);
+      last = slab_last(t, size);
       diff = (uintptr_t)p - base;
       start = done;
     }

@@ -221,14 +221,14 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
                                                                       unsigned own, const bool check_start) {
   const bin_info_t *bi = &bin_info[ind];
   const uint64_t magic = bi->div_magic, size = bi->size;
-  uint64_t used = 0; /* the current run's slab's region bytes (its geometry) */
+  uint64_t last = 0; /* the current run's slab's last region start (slab_last) */
   const uintptr_t key = tcache_key;
   flush_scan_t sc = {p, 0, (unsigned)-1, true};
   uintptr_t lo = 0;
   uint32_t len = 0;
   for (uint32_t k = n; k > 0; k--) {
     uint64_t diff = (uintptr_t)p - lo;
-    if (unlikely(diff >= used)) {
+    if (unlikely(diff > last)) {
       uint64_t e = rtree_read((uintptr_t)p);
       if (unlikely(!(e & RT_SLAB) || rt_szind(e) != rt_ind) && !flush_prof_class_ok(e, ind)) strata_invalid_free("free", p);
       if (sc.nruns) runs[sc.nruns - 1].len = len;
@@ -236,9 +236,9 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
       runs[sc.nruns++] = (slab_run_t){slab, p, 0};
       len = 0;
       lo = slab->addr;
-      used = slab_used(slab, bi);
+      last = slab_last(slab, size);
       diff = (uintptr_t)p - lo;
-      if (unlikely(diff >= used)) strata_invalid_free("free", p); /* in the slab's tail */
+      if (unlikely(diff > last)) strata_invalid_free("free", p); /* in the last region or the tail */
       if (sc.remote == (unsigned)-1) sc.remote = slab->arena_id; /* ids: index + 1 */
       sc.one_remote &= slab->arena_id == sc.remote && sc.remote != own;
     }
