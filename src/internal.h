@@ -272,6 +272,12 @@ typedef struct {
   uint32_t bm_words; /* bitmap words per slab */
   bool pow2;         /* size is a power of two <= page: an aligned pointer is a region start */
   uint64_t div_magic; /* ceil(2^32 / size): region index by multiply */
+  /* Slabs made while the thread caches are crowded (slab_new; issue 10, s8-native): the
+   * smallest page multiple with tail waste under 1/64, as jemalloc's, never more than
+   * slab_size. A slab's geometry is told by its size (slab_nregs). */
+  size_t slab_size_crowd;
+  uint32_t nregs_crowd;
+  uint64_t used, used_crowd; /* region bytes of a slab of either geometry: nregs * size */
 } bin_info_t;
 HIDDEN extern bin_info_t bin_info[SZ_NSMALL + 1];
 HIDDEN void sz_init(void);
@@ -351,6 +357,18 @@ struct edata_s {
   uint8_t bucket;      /* eset bucket while free */
   uint8_t committed;   /* hooked arenas: pages committed (always 1 for the OS source) */
 };
+/* Regions of slab s (either geometry of its class), and the bytes they cover. */
+static inline uint32_t slab_nregs(const edata_t *s, const bin_info_t *bi) {
+  return s->size == bi->slab_size ? bi->nregs : bi->nregs_crowd;
+}
+static inline uint64_t slab_used(const edata_t *s, const bin_info_t *bi) {
+  return likely(s->size == bi->slab_size) ? bi->used : bi->used_crowd;
+}
+/* The offset of a slab's last region start, for either geometry: a region start's offset
+ * (a multiple of the size) is in the slab iff it is at most this; an offset above it is
+ * in the last region or the tail (the flush paths' one compare per region and one
+ * subtraction per slab). */
+static inline uint64_t slab_last(const edata_t *s, uint64_t size) { return s->size - size; }
 
 typedef struct {
   ph_node_t *heaps[PSZ_N];
@@ -657,6 +675,7 @@ static inline void *link_next_k(const void *slot, uintptr_t key, unsigned ind) {
 static inline void *link_next(const void *slot, unsigned ind) { return link_next_k(slot, tcache_key, ind); }
 HIDDEN void tcache_boot(void);
 HIDDEN tcache_t *tcache_get_slow(tsd_t *tsd); /* creates the thread's cache; NULL if none */
+HIDDEN extern unsigned tcache_nthreads_seen; /* the process's threads, as last read (tcache.c) */
 HIDDEN extern unsigned tcache_nlive; /* thread caches listed (tcache_list_lock; fork resets it) */
 HIDDEN extern unsigned tcache_crowd_nlive; /* more live caches than this: crowded (tcache.c) */
 HIDDEN extern szind_t tcache_crowd_nbins;  /* crowded caches keep only the classes below it */

@@ -385,7 +385,7 @@ static void gran_restore(edata_t *ed, uintptr_t p) {
   szind_t ind = ed->szind;
   if (prof_is_sampled(ed)) {
     size_t sz = bin_info[ind].size;
-    uintptr_t end = ed->addr + (uintptr_t)bin_info[ind].nregs * sz;
+    uintptr_t end = ed->addr + (uintptr_t)slab_used(ed, &bin_info[ind]);
     for (uintptr_t q = ed->addr + (g - ed->addr + sz - 1) / sz * sz; q < g + GRAN && q < end; q += sz) {
       if (q != p && live_find(q) != NULL) return;
     }

@@ -103,6 +103,22 @@ void sz_init(void) {
     if (bi->nregs > UINT16_MAX) strata_fatal("slab geometry: more regions than edata_t.nfree holds");
     bi->bm_words = (bi->nregs + 63) / 64;
     bi->div_magic = (((uint64_t)1 << 32) + size - 1) / size;
+    /* The crowded geometry: from one page up (slab_new). */
+    size_t cbest = 0, cwaste = (size_t)-1;
+    for (size_t p = 1; p <= SLAB_MAX_MULT && p * os_page <= best; p++) {
+      size_t bytes = p * os_page, waste = bytes % size;
+      if (bytes < size) continue;
+      if (waste < cwaste) {
+        cbest = bytes;
+        cwaste = waste;
+      }
+      if (waste * 64 <= bytes) break;
+    }
+    if (cbest == 0) cbest = best;
+    bi->slab_size_crowd = cbest;
+    bi->nregs_crowd = (uint32_t)(cbest / size);
+    bi->used = (uint64_t)bi->nregs * size;
+    bi->used_crowd = (uint64_t)bi->nregs_crowd * size;
     bi->pow2 = (size & (size - 1)) == 0 && size <= os_page;
   }
 }

@@ -81,10 +81,26 @@ static uint64_t *slab_bitmap_regain(bin_t *bin, szind_t ind, edata_t *s) {
   return bm;
 }
 
-static void bitmap_init(uint64_t *bm, const bin_info_t *bi) {
-  for (uint32_t w = 0; w < bi->bm_words; w++) bm[w] = ~(uint64_t)0;
-  uint32_t tail = bi->nregs % 64;
-  if (tail) bm[bi->bm_words - 1] = ((uint64_t)1 << tail) - 1;
+/* nregs bits set; a crowded slab's bitmap is its class's size, the words past its
+ * regions zero (no free region there). */
+static void bitmap_init(uint64_t *bm, const bin_info_t *bi, uint32_t nregs) {
+  uint32_t full = nregs / 64, tail = nregs % 64, w = 0;
+  for (; w < full; w++) bm[w] = ~(uint64_t)0;
+  if (tail) bm[w++] = ((uint64_t)1 << tail) - 1;
+  for (; w < bi->bm_words; w++) bm[w] = 0;
+}
+
+/* Crowded thread caches (tcache_crowd: more than tcache_crowd_nlive live) mean many
+ * threads spread over every arena, each arena's bins holding a current slab of every class
+ * its threads use with a few regions taken: new slabs of ordinary arenas then take the
+ * crowded geometry (a page for the classes up to 128 B instead of 64 KiB, as jemalloc's).
+ * docs/design.md, "Many threads, eighth session". */
+static inline size_t slab_size_for(const arena_t *a, const bin_info_t *bi) {
+  if (bi->slab_size_crowd != bi->slab_size && !a->user &&
+      (__atomic_load_n(&tcache_nlive, __ATOMIC_RELAXED) > tcache_crowd_nlive ||
+       __atomic_load_n(&tcache_nthreads_seen, __ATOMIC_RELAXED) > tcache_crowd_nlive))
+    return bi->slab_size_crowd;
+  return bi->slab_size;
 }
 
 /* bin lock held; takes the arena's elock inside (lock order bin -> elock). An arena with
@@ -100,7 +116,7 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   uint64_t gen = __atomic_load_n(&a->gen, __ATOMIC_ACQUIRE);
   if (hooked) mtx_unlock(&bin->lock);
   mtx_lock(&a->elock);
-  edata_t *s = extent_alloc(a, bi->slab_size, os_page);
+  edata_t *s = extent_alloc(a, slab_size_for(a, bi), os_page);
   if (s) {
     s->slab = 1;
     s->szind = (uint16_t)ind;
@@ -121,8 +137,9 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
     }
     return NULL;
   }
-  bitmap_init(bm, bi);
-  s->nfree = bi->nregs;
+  uint32_t nregs = slab_nregs(s, bi);
+  bitmap_init(bm, bi, nregs);
+  s->nfree = (uint16_t)nregs;
   s->bm_hint = 0;
   bin->curslabs++;
   if (bin->nslabs++ == 0) __atomic_fetch_or(&a->bins_used, (uint64_t)1 << ind, __ATOMIC_RELEASE);
@@ -261,7 +278,7 @@ unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n) {
  * heap, and the spare/extents (empty). bin lock held. */
 static void slab_note_free(arena_t *a, bin_t *bin, const bin_info_t *bi, edata_t *s, uint32_t before) {
   if (s == bin->cur) return;
-  if (s->nfree == bi->nregs) {
+  if (s->nfree == slab_nregs(s, bi)) {
     if (before > 0) {
       ph_remove(&bin->nonfull, &s->ph);
       bin->nonfull_slabs--;
@@ -298,13 +315,14 @@ static void bin_keep_run(bin_t *bin, szind_t ind, void *head, uint32_t len) {
  * per-region work is the bitmap; the slab's state changes once per run. */
 static void bin_dalloc_runs_locked(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns) {
   const bin_info_t *bi = &bin_info[ind];
-  const uint64_t magic = bi->div_magic, size = bi->size, nregs = bi->nregs;
+  const uint64_t magic = bi->div_magic, size = bi->size;
   const uintptr_t key = tcache_key;
   bin_t *bin = &a->bins[ind];
   size_t n = 0;
   for (unsigned r = 0; r < nruns; r++) {
     edata_t *s = runs[r].slab;
     if (s == NULL || edata_arena_ind(s) != a->ind) continue;
+    const uint64_t last = slab_last(s, size);
     runs[r].slab = NULL;
     uintptr_t base = s->addr;
     uint64_t *bm = s->bitmap;
@@ -320,7 +338,7 @@ static void bin_dalloc_runs_locked(arena_t *a, szind_t ind, slab_run_t *runs, un
       uint64_t diff = (uintptr_t)p - base;
       uint64_t regind = (diff * magic) >> 32;
       uint64_t bit = (uint64_t)1 << (regind % 64);
-      if (unlikely(regind * size != diff || regind >= nregs || (bm[regind / 64] & bit))) {
+      if (unlikely(regind * size != diff || diff > last || (bm[regind / 64] & bit))) {
         mtx_unlock(&bin->lock);
         strata_invalid_free("free", p);
       }
@@ -329,7 +347,7 @@ static void bin_dalloc_runs_locked(arena_t *a, szind_t ind, slab_run_t *runs, un
     }
     uint32_t before = s->nfree;
     s->nfree += runs[r].len;
-    sassert(s->nfree <= nregs && s->slab && s->szind == ind);
+    sassert(s->nfree <= slab_nregs(s, bi) && s->slab && s->szind == ind);
     s->bm_hint = 0; /* the next fill scans from the first word: bounded by bm_words */
     n += runs[r].len;
     slab_note_free(a, bin, bi, s, before);
@@ -351,7 +369,8 @@ void bin_dalloc_runs(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns) 
  * a region, which free()'s alignment test never saw. */
 static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szind_t rt_ind, void **pp, uint32_t n) {
   const bin_info_t *bi = &bin_info[ind];
-  const uint64_t magic = bi->div_magic, size = bi->size, used = (uint64_t)bi->nregs * bi->size;
+  const uint64_t magic = bi->div_magic, size = bi->size;
+  uint64_t last = 0; /* s's last region start (slab_last); 0 before the first slab */
   const uintptr_t key = tcache_key;
   const unsigned id = a->ind + 1;
   void *p = *pp;
@@ -361,10 +380,10 @@ static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szi
   uint32_t start = 0, done = 0; /* s's regions so far: done - start */
   for (; done < n; done++) {
     uint64_t diff = (uintptr_t)p - base;
-    if (unlikely(diff >= used)) {
+    if (unlikely(diff > last)) {
       uint64_t e = rtree_read((uintptr_t)p);
       edata_t *t = rt_edata(e);
-      if (!(e & RT_SLAB) || rt_szind(e) != rt_ind || t == NULL || t->arena_id != id || (uintptr_t)p - t->addr >= used)
+      if (!(e & RT_SLAB) || rt_szind(e) != rt_ind || t == NULL || t->arena_id != id || (uintptr_t)p - t->addr > slab_last(t, size))
         break;
       uint64_t *tbm = t->bitmap;
       if (tbm == NULL && (tbm = slab_bitmap_regain(bin, ind, t)) == NULL) break;
@@ -377,6 +396,7 @@ static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szi
       s = t;
       bm = tbm;
       base = t->addr;
+      last = slab_last(t, size);
       diff = (uintptr_t)p - base;
       start = done;
     }
@@ -511,7 +531,7 @@ void bin_release_spare(arena_t *a, szind_t ind) {
   bin->spare = NULL;
   if (s) slab_release(a, bin, s);
   s = bin->cur;
-  if (s && s->nfree == bin_info[ind].nregs) {
+  if (s && s->nfree == slab_nregs(s, &bin_info[ind])) {
     bin->cur = NULL;
     slab_release(a, bin, s);
   }

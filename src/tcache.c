@@ -11,7 +11,9 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "internal.h"
 
@@ -120,6 +122,30 @@ static void tcache_reset_bins(tcache_t *tc) {
 static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep);
 static void tcache_publish(tcache_t *tc, szind_t ind);
 
+/* The process's threads, 0 if unknown: /proc/self/task has a link per thread besides
+ * "." and ".." (one stat call: no open, read or parse). */
+static unsigned threads_read(void) {
+  struct stat st;
+  if (fstatat(AT_FDCWD, "/proc/self/task", &st, 0) != 0 || st.st_nlink < 3) return 0;
+  return (unsigned)(st.st_nlink - 2);
+}
+
+/* Threads that exist but have not allocated yet hold no cache: 100 threads released by a
+ * barrier make their caches one by one, and the arenas' first slabs come from the first
+ * few, uncrowded. A new cache other than the first reads the process's thread count, at
+ * most once per THREADS_PROBE_NS (one stat call of /proc/self/task, 2-3 us), and slab_new
+ * takes the crowded geometry while it or the live caches are over tcache_crowd_nlive. A
+ * count that went stale as threads exited is read again at the next thread's cache. */
+#define THREADS_PROBE_NS ((uint64_t)10 * 1000000u)
+unsigned tcache_nthreads_seen;  /* atomic: the last count read */
+static uint64_t threads_probe_ns; /* atomic: when it was read */
+static void threads_probe(void) {
+  uint64_t now = decay_now(), last = __atomic_load_n(&threads_probe_ns, __ATOMIC_RELAXED);
+  if (last != 0 && now - last < THREADS_PROBE_NS) return;
+  if (!__atomic_compare_exchange_n(&threads_probe_ns, &last, now, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;
+  __atomic_store_n(&tcache_nthreads_seen, threads_read(), __ATOMIC_RELAXED);
+}
+
 static NOINLINE void tcache_crowd(tcache_t *tc) {
   unsigned n = __atomic_load_n(&tcache_nlive, __ATOMIC_RELAXED);
   if (n > tcache_crowd_nlive && tc->nbins_open > tcache_crowd_nbins) {
@@ -159,7 +185,9 @@ tcache_t *tcache_get_slow(tsd_t *tsd) {
   if (tcache_list) tcache_list->prev = tc;
   tcache_list = tc;
   __atomic_store_n(&tcache_nlive, tcache_nlive + 1, __ATOMIC_RELAXED);
+  bool probe = tcache_nlive >= 2;
   mtx_unlock(&tcache_list_lock);
+  if (probe) threads_probe();
   tcache_crowd(tc);
   tsd->tcache = tc;
   tsd->state = TSD_ACTIVE;
@@ -192,14 +220,15 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
                                                                       szind_t rt_ind, slab_run_t *runs,
                                                                       unsigned own, const bool check_start) {
   const bin_info_t *bi = &bin_info[ind];
-  const uint64_t magic = bi->div_magic, size = bi->size, used = (uint64_t)bi->nregs * bi->size;
+  const uint64_t magic = bi->div_magic, size = bi->size;
+  uint64_t last = 0; /* the current run's slab's last region start (slab_last) */
   const uintptr_t key = tcache_key;
   flush_scan_t sc = {p, 0, (unsigned)-1, true};
   uintptr_t lo = 0;
   uint32_t len = 0;
   for (uint32_t k = n; k > 0; k--) {
     uint64_t diff = (uintptr_t)p - lo;
-    if (unlikely(diff >= used)) {
+    if (unlikely(diff > last)) {
       uint64_t e = rtree_read((uintptr_t)p);
       if (unlikely(!(e & RT_SLAB) || rt_szind(e) != rt_ind) && !flush_prof_class_ok(e, ind)) strata_invalid_free("free", p);
       if (sc.nruns) runs[sc.nruns - 1].len = len;
@@ -207,8 +236,9 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
       runs[sc.nruns++] = (slab_run_t){slab, p, 0};
       len = 0;
       lo = slab->addr;
+      last = slab_last(slab, size);
       diff = (uintptr_t)p - lo;
-      if (unlikely(diff >= used)) strata_invalid_free("free", p); /* in the slab's tail */
+      if (unlikely(diff > last)) strata_invalid_free("free", p); /* in the last region or the tail */
       if (sc.remote == (unsigned)-1) sc.remote = slab->arena_id; /* ids: index + 1 */
       sc.one_remote &= slab->arena_id == sc.remote && sc.remote != own;
     }

@@ -2,6 +2,7 @@
  * bin the thread stopped using, and thread exit flushes everything back. */
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 #include "unit.h"
@@ -477,6 +478,131 @@ static void test_crowded_caches_keep_small_classes_only(void) {
   strata_free(t);
 }
 
+/* Crowded slab geometry (issue 10, s8-native): a page for the classes up to 128 B, never
+ * more than the usual slab, regions within it. */
+static void test_crowded_slab_geometry(void) {
+  for (szind_t i = 1; i <= SZ_NSMALL; i++) {
+    const bin_info_t *bi = &bin_info[i];
+    CHECK(bi->slab_size_crowd <= bi->slab_size && bi->slab_size_crowd % os_page == 0);
+    CHECK(bi->nregs_crowd >= 1 && bi->nregs_crowd == bi->slab_size_crowd / bi->size);
+    CHECK_EQ(bi->used_crowd, (uint64_t)bi->nregs_crowd * bi->size);
+    CHECK_EQ(bi->used, (uint64_t)bi->nregs * bi->size);
+    if (bi->size <= 128 && os_page == 4096) CHECK_EQ(bi->slab_size_crowd, os_page);
+  }
+}
+
+/* Regions of class ind from arena a, one fill at a time, until the bin makes a slab: that
+ * slab's size (0 if none came within the cap). The regions go back to the bin. */
+static void *geo_regs[20000];
+static size_t next_slab_size(arena_t *a, szind_t ind) {
+  bin_t *bin = &a->bins[ind];
+  mtx_lock(&bin->lock);
+  uint64_t ns = bin->nslabs;
+  mtx_unlock(&bin->lock);
+  unsigned n = 0;
+  size_t size = 0;
+  while (n < sizeof(geo_regs) / sizeof(geo_regs[0]) && bin_fill(a, ind, &geo_regs[n], 1) == 1) {
+    n++;
+    mtx_lock(&bin->lock);
+    bool made = bin->nslabs != ns;
+    mtx_unlock(&bin->lock);
+    if (made) {
+      edata_t *s = rt_edata(rtree_read((uintptr_t)geo_regs[n - 1]));
+      size = s->size;
+      CHECK(s->slab && s->nfree == slab_nregs(s, &bin_info[ind]) - 1); /* a fresh slab, one region taken */
+      break;
+    }
+  }
+  bin_dalloc_batch(a, ind, geo_regs, n);
+  return size;
+}
+
+/* While more than tcache_crowd_nlive caches are live, an ordinary arena's new slab of a
+ * small class takes the crowded geometry; its regions go back through a cache's flush;
+ * after the members exit, a fresh thread's cache reads the thread count again (at most
+ * every 10 ms: loops until it did) and new slabs are the usual size again. Then threads
+ * that hold no cache yet (parked before their first malloc) are counted too. */
+static pthread_barrier_t geo_live, geo_done;
+static void *geo_member(void *arg) {
+  (void)arg;
+  strata_free(strata_malloc(64));
+  pthread_barrier_wait(&geo_live);
+  pthread_barrier_wait(&geo_done);
+  return NULL;
+}
+static void *geo_parked(void *arg) { /* no malloc: no cache */
+  (void)arg;
+  pthread_barrier_wait(&geo_live);
+  pthread_barrier_wait(&geo_done);
+  return NULL;
+}
+static void *geo_probe(void *arg) { /* a new cache: reads the thread count if 10 ms passed */
+  (void)arg;
+  strata_free(strata_malloc(64));
+  return NULL;
+}
+static void geo_probe_until(bool crowded) {
+  for (unsigned k = 0; k < 2000; k++) {
+    unsigned seen = __atomic_load_n(&tcache_nthreads_seen, __ATOMIC_RELAXED);
+    if ((seen > tcache_crowd_nlive) == crowded) return;
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, geo_probe, NULL), 0);
+    pthread_join(t, NULL);
+  }
+  CHECK(!"the thread count was never read");
+}
+static void test_crowded_arenas_make_small_slabs(void) {
+  unsigned n = tcache_crowd_nlive + 4;
+  szind_t ind = sz_size2index(112);
+  if (n > 512 || tcache_nbins == 0 || bin_info[ind].slab_size_crowd == bin_info[ind].slab_size) {
+    printf("     %u CPUs, no caches or one geometry: skipped\n", os_ncpus);
+    return;
+  }
+  arena_t *a = arena_get(narenas - 1);
+  CHECK(a != NULL);
+  pthread_t *t = strata_malloc(sizeof(pthread_t) * n);
+  for (int round = 0; round < 2; round++) { /* 0: live caches, 1: parked threads */
+    pthread_barrier_init(&geo_live, NULL, n + 1);
+    pthread_barrier_init(&geo_done, NULL, n + 1);
+    for (unsigned i = 0; i < n; i++) CHECK_EQ(pthread_create(&t[i], NULL, round ? geo_parked : geo_member, NULL), 0);
+    pthread_barrier_wait(&geo_live);
+    if (round == 1) geo_probe_until(true);
+    size_t crowded = next_slab_size(a, ind);
+    /* Regions of the crowded slab through this thread's cache and its flush: every one
+     * back in its bin. */
+    bin_t *bin = &a->bins[ind];
+    mtx_lock(&bin->lock);
+    size_t regs0 = bin->curregs - bin->remote_count; /* remote chains: handed back, not yet in */
+    mtx_unlock(&bin->lock);
+    void *p[64];
+    unsigned ncrowd = 0;
+    for (unsigned j = 0; j < 64; j++) {
+      p[j] = strata_mallocx(112, MALLOCX_ARENA(narenas - 1) | MALLOCX_TCACHE_NONE);
+      CHECK(p[j] != NULL);
+      ncrowd += rt_edata(rtree_read((uintptr_t)p[j]))->size == bin_info[ind].slab_size_crowd;
+    }
+    CHECK(ncrowd >= bin_info[ind].nregs_crowd); /* a whole crowded slab at least */
+    for (unsigned j = 0; j < 64; j++) strata_free(p[j]);
+    CHECK_EQ(strata_mallctl("thread.tcache.flush", NULL, NULL, NULL, 0), 0);
+    mtx_lock(&bin->lock);
+    size_t regs1 = bin->curregs - bin->remote_count;
+    mtx_unlock(&bin->lock);
+    CHECK_EQ(regs1, regs0);
+    pthread_barrier_wait(&geo_done);
+    for (unsigned i = 0; i < n; i++) pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&geo_live);
+    pthread_barrier_destroy(&geo_done);
+    geo_probe_until(false);
+    size_t usual = next_slab_size(a, ind);
+    printf("     %s: %u threads, new slabs %zu bytes crowded, %zu after\n", round ? "parked" : "live caches", n, crowded, usual);
+    CHECK_EQ(crowded, bin_info[ind].slab_size_crowd);
+    CHECK_EQ(usual, bin_info[ind].slab_size);
+  }
+  strata_free(t);
+}
+
 int main(void) {
   if (strata_init()) return 1;
   printf("unit: tcache\n");
@@ -493,5 +619,7 @@ int main(void) {
   RUN(test_large_bins_hold_their_bytes);
   RUN(test_large_frees_take_the_fast_path);
   RUN(test_crowded_caches_keep_small_classes_only);
+  RUN(test_crowded_slab_geometry);
+  RUN(test_crowded_arenas_make_small_slabs);
   UNIT_EXIT();
 }
