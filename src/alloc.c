@@ -50,6 +50,56 @@ static inline void alloc_fill(void *p, size_t usize, bool zero) {
   if (unlikely(opt.junk & JUNK_ALLOC) && !zero) memset(p, 0xa5, usize);
 }
 
+/* ---------------------------------------------------------------- sampled blocks' pages */
+/* Heap profiling (issue 9, eighth session): a sampled small block is served from a page
+ * extent of its own, jemalloc's promotion, so that no slab granule is marked for it and the
+ * small fast paths never meet a sampled block. The extent is a large one whose class is the
+ * small class (szind <= SZ_NSMALL, slab 0; guard.c's blocks are the only others, told
+ * apart by their arena id): malloc_usable_size, sized frees and realloc see the small
+ * class; its page-map entry carries class 0 (large_rt_ind: no cached large class with
+ * prof:true), so free() takes the slow path, where idalloc_prof recognises it by its
+ * extent. The arena counts it as a large allocation of the small class's usable size
+ * (stats.allocated, large.allocated, large.nmalloc); its pages count in stats.active. */
+static NOINLINE void *prof_promote(tsd_t *tsd, szind_t ind, arena_t *explicit, bool zero) {
+  sassert(ind <= SZ_NSMALL && tcache_nbins_malloc == 0);
+  arena_t *a = explicit ? explicit : tsd_arena(tsd, sz_size[ind]);
+  if (a == NULL) return NULL;
+  return arena_large_alloc(a, sz_size[ind], 0, zero);
+}
+
+/* ialloc's prof:true tail (reentrant held): counts p's bytes and records it when it holds
+ * the sampling point; a small slab block is first exchanged for a promoted page, and goes
+ * back where it came from (the thread's bin, or its slab). Where no page can be had, the
+ * block is sampled in its slab (prof.c marks its granule). */
+static NOINLINE void *ialloc_prof(tsd_t *tsd, void *p, szind_t ind, bool zero, bool use_tcache, arena_t *explicit) {
+  if (p == NULL) return NULL;
+  size_t usize = sz_size[ind];
+  if (prof_take_record(usize) && ind <= SZ_NSMALL) {
+    edata_t *ed = rt_edata(rtree_read((uintptr_t)p));
+    void *q = ed->slab ? prof_promote(tsd, ind, explicit, zero || opt.zero) : NULL;
+    if (q != NULL) {
+      tcache_t *tc = ind < tcache_nbins && use_tcache && explicit == NULL && tsd->state == TSD_ACTIVE
+                         ? tsd->tcache : NULL;
+      if (tc != NULL) {
+        tbin_t *b = &tc->bins[ind];
+        TAG_WORD(p) = TAG_OF(p);
+        if (likely(b->avail != 0)) {
+          LINK_SET(p, b->head);
+          b->head = p;
+          b->avail--;
+        } else {
+          tcache_dalloc_hard(tc, ind, p);
+        }
+      } else {
+        bin_dalloc_batch(arena_of(ed), ind, &p, 1);
+      }
+      p = q;
+    }
+  }
+  prof_after(tsd, p, usize);
+  return p;
+}
+
 /* Allocate class ind; explicit is the MALLOCX_ARENA arena or NULL; use_tcache false for
  * MALLOCX_TCACHE_NONE. */
 static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t *explicit) {
@@ -91,8 +141,9 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
     }
   }
 done:
-  /* Heap profiling: this allocation's bytes, whichever way it was served (prof.c). */
-  if (unlikely(prof_on)) prof_alloc(tsd, p, usize);
+  /* Heap profiling: this allocation's bytes, whichever way it was served (prof.c); a
+   * sampled small block is exchanged for a page of its own (ialloc_prof). */
+  if (unlikely(prof_on)) p = ialloc_prof(tsd, p, ind, zero, use_tcache, explicit);
   tsd->reentrant = 0;
   if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
   if (likely(p != NULL)) {
@@ -206,6 +257,17 @@ static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind,
   if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("free", p);
   if (unlikely(prof_maybe_sampled(p, ed, ind)) && prof_free_sampled(tsd, p, ed)) return;
   if (unlikely(prof_want_thread)) prof_free_hook();
+  if (ind <= SZ_NSMALL && !ed->slab && ed->arena_id != GUARD_ARENA) {
+    /* A promoted sampled block (prof_promote): its page extent goes back to its arena. */
+    if (unlikely(opt.junk & JUNK_FREE)) memset(p, 0x5a, sz_size[ind]);
+    tsd->deallocated += sz_size[ind];
+    if (unlikely(tsd->reentrant)) return; /* a signal handler's free inside strata: leaked */
+    tsd->reentrant = 1;
+    arena_large_dalloc(ed);
+    tsd->reentrant = 0;
+    if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
+    return;
+  }
   idalloc_body(tsd, p, ed, ind, use_tcache);
 }
 
@@ -250,7 +312,22 @@ static NOINLINE void *malloc_prof_class(size_t size) {
   TAG_WORD(p) = 0; /* allocated: untagged */
   b->avail++;
   tsd->reentrant = 1;
-  if (prof_class_take(tc, (szind_t)ind)) prof_after(tsd, p, sz_size[ind]);
+  if (prof_class_take(tc, (szind_t)ind)) {
+    if (prof_pending()) { /* to be recorded: on a page of its own, p back to the bin */
+      void *q = prof_promote(tsd, (szind_t)ind, NULL, false);
+      if (q != NULL) {
+        TAG_WORD(p) = TAG_OF(p);
+        LINK_SET(p, b->head); /* room: p was just popped */
+        b->head = p;
+        b->avail--;
+        prof_class_unpop(tc, (szind_t)ind);
+        tsd->allocated += sz_size[ind];
+        TAG_WORD(q) = 0; /* allocated: untagged (the page may hold an old region's tag) */
+        p = q;
+      }
+    }
+    prof_after(tsd, p, sz_size[ind]);
+  }
   tsd->reentrant = 0;
   if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
   return p;

@@ -897,8 +897,9 @@ HIDDEN extern int prof_entry_state; /* 1 patched, else 0 or -errno (prof_boot) *
 HIDDEN void prof_boot_late(void); /* after strata is ready: atexit, signal handler */
 HIDDEN void prof_take(size_t usize); /* every allocation but malloc_prof's pops: its bytes */
 HIDDEN bool prof_class_take(tcache_t *tc, szind_t ind); /* malloc_prof's pop left its fast path */
-/* ialloc's count of p (NULL: none), then its sample if it holds the point; reentrant held. */
-HIDDEN void prof_alloc(tsd_t *tsd, void *p, size_t usize);
+HIDDEN bool prof_take_record(size_t usize); /* ialloc: counts usize; true: record this one */
+HIDDEN bool prof_pending(void);             /* prof_class_take's pop is to be recorded */
+HIDDEN void prof_class_unpop(tcache_t *tc, szind_t ind); /* that pop was given back */
 HIDDEN extern bool prof_want_thread;            /* the dump thread is to be created */
 HIDDEN void prof_free_hook(void);               /* a free's slow path, outside strata: may malloc */
 HIDDEN void prof_after(tsd_t *tsd, void *p, size_t usize); /* records p if prof_take chose it */

@@ -255,10 +255,23 @@ bool prof_class_take(tcache_t *tc, szind_t ind) {
   return hit;
 }
 
-void prof_alloc(tsd_t *tsd, void *p, size_t usize) {
-  if (p == NULL) return;
-  cd_take(&prof_td, usize);
-  prof_after(tsd, p, usize);
+/* ialloc's count: true when this allocation is to be recorded (prof_after), so that the
+ * caller can first move a small one onto a page of its own (alloc.c, prof_promote). */
+bool prof_take_record(size_t usize) { return cd_take(&prof_td, usize) && prof_td.pending; }
+
+/* Whether the pop prof_class_take just chose is to be recorded (prof.active, the thread's
+ * active flag, not inside a sample). */
+bool prof_pending(void) { return prof_td.pending; }
+
+/* malloc_prof_class handed out a promoted page instead of the block it popped, which went
+ * back to the bin: the pop leaves the bin's count (the caller counts the bytes in
+ * tsd->allocated); the countdown (nmalloc) is unchanged. */
+void prof_class_unpop(tcache_t *tc, szind_t ind) {
+  uint32_t g = tc->prof_nm_gen;
+  __atomic_store_n(&tc->prof_nm_gen, g + 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  tc->prof_nm_off[ind]--;
+  __atomic_store_n(&tc->prof_nm_gen, g + 2, __ATOMIC_RELEASE);
 }
 
 /* ---------------------------------------------------------------- tables (prof_lock held) */

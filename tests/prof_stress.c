@@ -476,11 +476,107 @@ TEST(test_prof_reused_blocks_in_threads_that_exit) {
   CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
 }
 
+/* Sampled small blocks are promoted to page extents of their own (alloc.c, prof_promote),
+ * which the arena counts as large allocations: this thread's arena's large.nmalloc. */
+static uint64_t large_nmalloc(void) {
+  unsigned arena = 0;
+  size_t alen = sizeof arena;
+  CHECK(mallctl("thread.arena", &arena, &alen, NULL, 0) == 0, "thread.arena");
+  uint64_t e = 1, v = 0;
+  size_t len = sizeof v;
+  char name[64];
+  snprintf(name, sizeof name, "stats.arenas.%u.large.nmalloc", arena);
+  CHECK(mallctl("epoch", NULL, NULL, &e, sizeof e) == 0, "epoch");
+  CHECK(mallctl(name, &v, &len, NULL, 0) == 0, "%s", name);
+  return v;
+}
+
+/* A small malloc and whether it was sampled, that is promoted to a page of its own. */
+static void *malloc_promoted(size_t sz, bool *promoted) {
+  uint64_t n0 = large_nmalloc();
+  void *p = malloc(sz);
+  *promoted = sz <= 14336 && large_nmalloc() != n0;
+  return p;
+}
+
+static uint64_t arena_large_allocated(void) {
+  unsigned arena = 0;
+  size_t alen = sizeof arena;
+  CHECK(mallctl("thread.arena", &arena, &alen, NULL, 0) == 0, "thread.arena");
+  uint64_t e = 1;
+  size_t v = 0, len = sizeof v;
+  char name[64];
+  snprintf(name, sizeof name, "stats.arenas.%u.large.allocated", arena);
+  CHECK(mallctl("epoch", NULL, NULL, &e, sizeof e) == 0, "epoch");
+  CHECK(mallctl(name, &v, &len, NULL, 0) == 0, "%s", name);
+  return v;
+}
+
+/* A sampled small block is on a page of its own, and every call sees its small class:
+ * malloc_usable_size, realloc within the class (in place) and beyond it (moved, contents
+ * kept), free_sized and sdallocx with the small size, MALLOCX_ALIGN, calloc's zeroes, and
+ * the arena's large.allocated, which counts the small class's usable size. */
+enum { PROMOTE_TRIES = 20000 };
+static void *find_promoted(size_t sz, int flags, bool zero) {
+  for (int i = 0; i < PROMOTE_TRIES; i++) {
+    uint64_t n0 = large_nmalloc();
+    size_t a0 = arena_large_allocated();
+    void *p = zero ? calloc(1, sz) : flags ? mallocx(sz, flags) : malloc(sz);
+    CHECK(p != NULL, "allocating %zu bytes", sz);
+    if (large_nmalloc() != n0) {
+      size_t a1 = arena_large_allocated();
+      CHECK(a1 - a0 == nallocx(sz, flags), "large.allocated grew by %zu for a promoted %zu-byte block (usable %zu)",
+            a1 - a0, sz, nallocx(sz, flags));
+      return p;
+    }
+    free(p);
+  }
+  CHECK(false, "no %zu-byte block sampled in %d", sz, PROMOTE_TRIES);
+  return NULL;
+}
+
+TEST(test_prof_sampled_small_blocks_get_their_own_pages) {
+  static const size_t sizes[] = {8, 48, 100, 1000, 3000, 4096, 6000, 14336};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    size_t sz = sizes[k], us = nallocx(sz, 0);
+    unsigned char *p = find_promoted(sz, 0, false);
+    CHECK(((uintptr_t)p & 4095) == 0, "promoted %zu-byte block at %p: not on a page of its own", sz, (void *)p);
+    CHECK(malloc_usable_size(p) == us, "malloc_usable_size of a promoted %zu-byte block: %zu, not %zu", sz,
+          malloc_usable_size(p), us);
+    CHECK(sallocx(p, 0) == us, "sallocx");
+    for (size_t i = 0; i < us; i++) p[i] = (unsigned char)(i * 7 + 1);
+    CHECK(realloc(p, us) == p, "realloc of a promoted block within its class moved it");
+    unsigned char *q = realloc(p, us * 2 + 1);
+    CHECK(q != NULL, "realloc(%zu)", us * 2 + 1);
+    for (size_t i = 0; i < us; i++) CHECK(q[i] == (unsigned char)(i * 7 + 1), "realloc lost byte %zu of %zu", i, us);
+    free(q);
+    p = find_promoted(sz, 0, false);
+    free_sized(p, sz);
+    p = find_promoted(sz, 0, false);
+    sdallocx(p, sz, MALLOCX_ALIGN(8));
+    p = find_promoted(sz, MALLOCX_ALIGN(64), false);
+    CHECK(((uintptr_t)p & 63) == 0 && sallocx(p, 0) == nallocx(sz, MALLOCX_ALIGN(64)), "mallocx(%zu, MALLOCX_ALIGN(64))", sz);
+    sdallocx(p, sz, MALLOCX_ALIGN(64));
+    /* calloc zeroes a promoted block: dirty its page first (freed pages are reused). */
+    p = find_promoted(sz, 0, false);
+    memset(p, 0xa5, us);
+    free(p);
+    p = find_promoted(sz, 0, true);
+    for (size_t i = 0; i < sz; i++) CHECK(p[i] == 0, "calloc(1, %zu): byte %zu is %u", sz, i, p[i]);
+    free(p);
+  }
+  unsigned long objs, bytes;
+  dump_totals(&objs, &bytes);
+  CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
+}
+
 /* prof:true reuses freed blocks as prof:false does (LIFO): a free then a malloc of the same
  * class returns the block just freed, from the small classes of malloc's lookup table (up
- * to 14 KiB), a cached class above it (20 KiB) and by way of a sized free; sampled or not (at a
- * 1 KiB mean most of these are sampled, and their frees take the slow path). The stash bins
- * of the earlier design handed back a block only after the bin's other ~30. */
+ * to 14 KiB), a cached class above it (20 KiB) and by way of a sized free; sampled or not
+ * for the large class. A sampled small block is on a page of its own (promoted): the
+ * block freed before it, or after it, is then another (at a 1 KiB mean most of the small
+ * blocks are sampled). The stash bins of the earlier design handed back a block only after
+ * the bin's other ~30. */
 TEST(test_prof_free_then_malloc_reuses_the_block) {
   static const size_t sizes[] = {16, 24, 48, 96, 128, 512, 1000, 4096, 6144, 20480};
   void *warm[64];
@@ -488,18 +584,25 @@ TEST(test_prof_free_then_malloc_reuses_the_block) {
     size_t sz = sizes[k];
     for (int i = 0; i < 64; i++) warm[i] = malloc(sz); /* fill the bin, then free into it */
     for (int i = 0; i < 64; i++) free(warm[i]);
+    unsigned nreused = 0, npromoted = 0;
     for (int round = 0; round < 200; round++) {
-      void *p = malloc(sz);
+      bool pp, qp;
+      void *p = malloc_promoted(sz, &pp);
       CHECK(p != NULL, "malloc(%zu)", sz);
       if (round % 2) {
         free_sized(p, sz);
       } else {
         free(p);
       }
-      void *q = malloc(sz);
-      CHECK(q == p, "malloc(%zu) after freeing %p returned %p (round %d)", sz, p, q, round);
+      void *q = malloc_promoted(sz, &qp);
+      CHECK(q == p || pp || qp, "malloc(%zu) after freeing %p returned %p (round %d)", sz, p, q, round);
+      nreused += q == p && !pp && !qp;
+      npromoted += pp + qp;
       free(q);
     }
+    /* At a 1 KiB mean a 16-byte block is sampled with probability 1.6%, a 1000-byte one 62%. */
+    if (sz <= 96) CHECK(nreused >= 100, "malloc(%zu): %u of 200 frees reused at once", sz, nreused);
+    if (sz >= 1000 && sz <= 14336) CHECK(npromoted >= 100, "malloc(%zu): %u of 400 blocks promoted", sz, npromoted);
   }
   unsigned long objs, bytes;
   dump_totals(&objs, &bytes);
@@ -538,7 +641,8 @@ TEST(test_prof_classes_above_the_table_sample_at_the_rate) {
  * so those tests run the fallback (malloc's fast path misses on its zero table). Looked up
  * with dlsym: &strata_malloc could be this program's PLT entry. */
 TEST(test_prof_malloc_entry_is_patched_unless_told_not_to) {
-  void *p = malloc(24); /* strata starts (and patches) at its first call */
+  bool pp;
+  void *p = malloc_promoted(24, &pp); /* strata starts (and patches) at its first call */
   CHECK(p != NULL, "malloc(24)");
   free(p);
   const unsigned char *f = dlsym(RTLD_DEFAULT, "strata_malloc");
@@ -558,8 +662,9 @@ TEST(test_prof_malloc_entry_is_patched_unless_told_not_to) {
   }
   CHECK(off ? f[0] != 0xe9 : f[0] == 0xe9, "STRATA_PROF_NOPATCH %s: strata_malloc starts with %02x %02x (0xe9: patched)",
         e ? e : "unset", f[0], f[1]);
-  void *q = malloc(24); /* either way the block comes back from the cache */
-  CHECK(q == p, "malloc(24) after free(%p) returned %p", p, q);
+  bool qp;
+  void *q = malloc_promoted(24, &qp); /* either way the block comes back from the cache */
+  CHECK(q == p || pp || qp, "malloc(24) after free(%p) returned %p", p, q);
   free(q);
 }
 
