@@ -58,13 +58,24 @@ static inline void alloc_fill(void *p, size_t usize, bool zero) {
  * apart by their arena id): malloc_usable_size, sized frees and realloc see the small
  * class; its page-map entry carries class 0 (large_rt_ind: no cached large class with
  * prof:true), so free() takes the slow path, where idalloc_prof recognises it by its
- * extent. The arena counts it as a large allocation of the small class's usable size
- * (stats.allocated, large.allocated, large.nmalloc); its pages count in stats.active. */
+ * extent. The arena counts it as a large allocation of its pages (stats.allocated,
+ * large.allocated, large.nmalloc: arena_prof_page_alloc), thread.allocated as the small
+ * class's usable size. A thread keeps up to PROF_PAGES freed one-page extents for its next
+ * samples (prof.c: prof_page_get, prof_page_put), still counted as allocated, as cached
+ * blocks are. */
 static NOINLINE void *prof_promote(tsd_t *tsd, szind_t ind, arena_t *explicit, bool zero) {
   sassert(ind <= SZ_NSMALL && tcache_nbins_malloc == 0);
-  arena_t *a = explicit ? explicit : tsd_arena(tsd, sz_size[ind]);
-  if (a == NULL) return NULL;
-  return arena_large_alloc(a, sz_size[ind], 0, zero);
+  size_t usize = sz_size[ind], esize = (usize + os_page - 1) & ~(os_page - 1);
+  edata_t *e = explicit == NULL && esize == os_page && !tsd->in_hook ? prof_page_get() : NULL;
+  if (e != NULL) { /* a page this thread kept from a freed sample */
+    e->szind = (uint16_t)ind;
+    if (zero) memset((void *)e->addr, 0, usize);
+    return (void *)e->addr;
+  }
+  arena_t *a = explicit ? explicit : tsd_arena(tsd, usize);
+  if (a == NULL || (e = arena_prof_page_alloc(a, esize, ind)) == NULL) return NULL;
+  if (zero && !e->zeroed) memset((void *)e->addr, 0, usize);
+  return (void *)e->addr;
 }
 
 /* ialloc's prof:true tail (reentrant held): counts p's bytes and records it when it holds
@@ -262,8 +273,12 @@ static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind,
     if (unlikely(opt.junk & JUNK_FREE)) memset(p, 0x5a, sz_size[ind]);
     tsd->deallocated += sz_size[ind];
     if (unlikely(tsd->reentrant)) return; /* a signal handler's free inside strata: leaked */
+    /* One-page extents of ordinary arenas stay with the thread for its next samples. */
+    if (ed->size == os_page && tsd->state == TSD_ACTIVE && !tsd->in_hook && !arena_of(ed)->user &&
+        prof_page_put(ed))
+      return;
     tsd->reentrant = 1;
-    arena_large_dalloc(ed);
+    arena_prof_page_dalloc(ed);
     tsd->reentrant = 0;
     if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
     return;

@@ -476,59 +476,54 @@ TEST(test_prof_reused_blocks_in_threads_that_exit) {
   CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
 }
 
-/* Sampled small blocks are promoted to page extents of their own (alloc.c, prof_promote),
- * which the arena counts as large allocations: this thread's arena's large.nmalloc. */
-static uint64_t large_nmalloc(void) {
-  unsigned arena = 0;
-  size_t alen = sizeof arena;
-  CHECK(mallctl("thread.arena", &arena, &alen, NULL, 0) == 0, "thread.arena");
+/* Sampled small blocks are promoted to page extents of their own (alloc.c, prof_promote).
+ * A sample takes prof_lock once (stats.mutexes.prof.num_ops, jemalloc's name; no dump
+ * thread runs in these tests, and reading the count does not take it). */
+static uint64_t prof_nlocks(void) {
   uint64_t e = 1, v = 0;
   size_t len = sizeof v;
-  char name[64];
-  snprintf(name, sizeof name, "stats.arenas.%u.large.nmalloc", arena);
   CHECK(mallctl("epoch", NULL, NULL, &e, sizeof e) == 0, "epoch");
-  CHECK(mallctl(name, &v, &len, NULL, 0) == 0, "%s", name);
+  CHECK(mallctl("stats.mutexes.prof.num_ops", &v, &len, NULL, 0) == 0, "stats.mutexes.prof.num_ops");
   return v;
+}
+
+/* A malloc took prof_lock (was sampled) when the count grew by more than a read's own
+ * share (the epoch refresh may take the lock to copy its profile: measured once). */
+static bool prof_nlocks_grew(uint64_t n0) {
+  static uint64_t idle = UINT64_MAX;
+  if (idle == UINT64_MAX) {
+    uint64_t a = prof_nlocks();
+    idle = prof_nlocks() - a;
+  }
+  return prof_nlocks() - n0 > idle;
 }
 
 /* A small malloc and whether it was sampled, that is promoted to a page of its own. */
 static void *malloc_promoted(size_t sz, bool *promoted) {
-  uint64_t n0 = large_nmalloc();
+  (void)prof_nlocks_grew(0);
+  uint64_t n0 = prof_nlocks();
   void *p = malloc(sz);
-  *promoted = sz <= 14336 && large_nmalloc() != n0;
+  *promoted = sz <= 14336 && prof_nlocks_grew(n0);
   return p;
 }
 
-static uint64_t arena_large_allocated(void) {
-  unsigned arena = 0;
-  size_t alen = sizeof arena;
-  CHECK(mallctl("thread.arena", &arena, &alen, NULL, 0) == 0, "thread.arena");
-  uint64_t e = 1;
-  size_t v = 0, len = sizeof v;
-  char name[64];
-  snprintf(name, sizeof name, "stats.arenas.%u.large.allocated", arena);
-  CHECK(mallctl("epoch", NULL, NULL, &e, sizeof e) == 0, "epoch");
-  CHECK(mallctl(name, &v, &len, NULL, 0) == 0, "%s", name);
-  return v;
-}
-
-/* A sampled small block is on a page of its own, and every call sees its small class:
- * malloc_usable_size, realloc within the class (in place) and beyond it (moved, contents
- * kept), free_sized and sdallocx with the small size, MALLOCX_ALIGN, calloc's zeroes, and
- * the arena's large.allocated, which counts the small class's usable size. */
+/* A sampled small block is on a page of its own (a new one, or one its thread kept from a
+ * freed sample), and every call sees its small class: malloc_usable_size, realloc within
+ * the class (in place) and beyond it (moved, contents kept), free_sized and sdallocx with
+ * the small size, MALLOCX_ALIGN, calloc's zeroes, thread.allocated. */
 enum { PROMOTE_TRIES = 20000 };
 static void *find_promoted(size_t sz, int flags, bool zero) {
+  (void)prof_nlocks_grew(0);
   for (int i = 0; i < PROMOTE_TRIES; i++) {
-    uint64_t n0 = large_nmalloc();
-    size_t a0 = arena_large_allocated();
+    uint64_t n0 = prof_nlocks(), a0 = 0, a1 = 0;
+    size_t len = sizeof a0;
+    CHECK(mallctl("thread.allocated", &a0, &len, NULL, 0) == 0, "thread.allocated");
     void *p = zero ? calloc(1, sz) : flags ? mallocx(sz, flags) : malloc(sz);
     CHECK(p != NULL, "allocating %zu bytes", sz);
-    if (large_nmalloc() != n0) {
-      size_t a1 = arena_large_allocated();
-      CHECK(a1 - a0 == nallocx(sz, flags), "large.allocated grew by %zu for a promoted %zu-byte block (usable %zu)",
-            a1 - a0, sz, nallocx(sz, flags));
-      return p;
-    }
+    CHECK(mallctl("thread.allocated", &a1, &len, NULL, 0) == 0, "thread.allocated");
+    CHECK(a1 - a0 == nallocx(sz, flags), "thread.allocated grew by %llu for a %zu-byte block (usable %zu)",
+          (unsigned long long)(a1 - a0), sz, nallocx(sz, flags));
+    if (prof_nlocks_grew(n0)) return p;
     free(p);
   }
   CHECK(false, "no %zu-byte block sampled in %d", sz, PROMOTE_TRIES);
