@@ -63,47 +63,34 @@ static inline void alloc_fill(void *p, size_t usize, bool zero) {
  * class's usable size. A thread keeps up to PROF_PAGES freed one-page extents for its next
  * samples (prof.c: prof_page_get, prof_page_put), still counted as allocated, as cached
  * blocks are. */
-static NOINLINE void *prof_promote(tsd_t *tsd, szind_t ind, arena_t *explicit, bool zero) {
+static NOINLINE void *prof_promote(tsd_t *tsd, szind_t ind, arena_t *a, bool zero) {
   sassert(ind <= SZ_NSMALL && tcache_nbins_malloc == 0);
   size_t usize = sz_size[ind], esize = (usize + os_page - 1) & ~(os_page - 1);
-  edata_t *e = explicit == NULL && esize == os_page && !tsd->in_hook ? prof_page_get() : NULL;
+  edata_t *e = !a->user && esize == os_page && !tsd->in_hook ? prof_page_get() : NULL;
   if (e != NULL) { /* a page this thread kept from a freed sample */
     e->szind = (uint16_t)ind;
     if (zero) memset((void *)e->addr, 0, usize);
     return (void *)e->addr;
   }
-  arena_t *a = explicit ? explicit : tsd_arena(tsd, usize);
-  if (a == NULL || (e = arena_prof_page_alloc(a, esize, ind)) == NULL) return NULL;
+  if ((e = arena_prof_page_alloc(a, esize, ind)) == NULL) return NULL;
   if (zero && !e->zeroed) memset((void *)e->addr, 0, usize);
   return (void *)e->addr;
 }
 
 /* ialloc's prof:true tail (reentrant held): counts p's bytes and records it when it holds
- * the sampling point; a small slab block is first exchanged for a promoted page, and goes
- * back where it came from (the thread's bin, or its slab). Where no page can be had, the
- * block is sampled in its slab (prof.c marks its granule). */
-static NOINLINE void *ialloc_prof(tsd_t *tsd, void *p, szind_t ind, bool zero, bool use_tcache, arena_t *explicit) {
+ * the sampling point; a small slab block is first exchanged for a promoted page of its
+ * arena (an explicit arena's, or the thread's), and goes back to its slab. Where no page
+ * can be had, the block is sampled in its slab (prof.c marks its granule). Only (p, ind,
+ * zero): ialloc keeps no more registers live across the allocation than prof:false needs
+ * (passing use_tcache and the arena cost the producer/consumer figure 0.1 an object). */
+static NOINLINE void *ialloc_prof(tsd_t *tsd, void *p, szind_t ind, bool zero) {
   if (p == NULL) return NULL;
   size_t usize = sz_size[ind];
   if (prof_take_record(usize) && ind <= SZ_NSMALL) {
     edata_t *ed = rt_edata(rtree_read((uintptr_t)p));
-    void *q = ed->slab ? prof_promote(tsd, ind, explicit, zero || opt.zero) : NULL;
+    void *q = ed->slab ? prof_promote(tsd, ind, arena_of(ed), zero || opt.zero) : NULL;
     if (q != NULL) {
-      tcache_t *tc = ind < tcache_nbins && use_tcache && explicit == NULL && tsd->state == TSD_ACTIVE
-                         ? tsd->tcache : NULL;
-      if (tc != NULL) {
-        tbin_t *b = &tc->bins[ind];
-        TAG_WORD(p) = TAG_OF(p);
-        if (likely(b->avail != 0)) {
-          LINK_SET(p, b->head);
-          b->head = p;
-          b->avail--;
-        } else {
-          tcache_dalloc_hard(tc, ind, p);
-        }
-      } else {
-        bin_dalloc_batch(arena_of(ed), ind, &p, 1);
-      }
+      bin_dalloc_batch(arena_of(ed), ind, &p, 1);
       p = q;
     }
   }
@@ -154,7 +141,7 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
 done:
   /* Heap profiling: this allocation's bytes, whichever way it was served (prof.c); a
    * sampled small block is exchanged for a page of its own (ialloc_prof). */
-  if (unlikely(prof_on)) p = ialloc_prof(tsd, p, ind, zero, use_tcache, explicit);
+  if (unlikely(prof_on)) p = ialloc_prof(tsd, p, ind, zero);
   tsd->reentrant = 0;
   if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
   if (likely(p != NULL)) {
@@ -329,7 +316,8 @@ static NOINLINE void *malloc_prof_class(size_t size) {
   tsd->reentrant = 1;
   if (prof_class_take(tc, (szind_t)ind)) {
     if (prof_pending()) { /* to be recorded: on a page of its own, p back to the bin */
-      void *q = prof_promote(tsd, (szind_t)ind, NULL, false);
+      arena_t *a = unlikely(tsd->in_hook) ? arena_get(0) : tc->arena; /* where its pops come from */
+      void *q = a ? prof_promote(tsd, (szind_t)ind, a, false) : NULL;
       if (q != NULL) {
         TAG_WORD(p) = TAG_OF(p);
         LINK_SET(p, b->head); /* room: p was just popped */

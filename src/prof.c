@@ -15,11 +15,13 @@
  * (prof_alloc in ialloc, prof_take elsewhere). Frees are prof:false's: LIFO onto the same bins, so a block freed now is
  * the next one malloc gets (an earlier design reserved cached bytes against per-class
  * countdowns and kept frees in separate stash bins, which cost the cache misses of FIFO-like
- * reuse; docs/design.md). A sampled small block's granule carries class 0 in the rtree while
- * the block lives, so its free (and its neighbours') takes the slow path, which finds it in
- * the live set (gran_poison / gran_restore). prof:false changes nothing.
- * Sampled small blocks stay in their slab; the slab's edata counts them (prof_nsampled),
- * so a free looks in the live set only when its extent holds a sampled block.
+ * reuse; docs/design.md). A sampled small block is served from a page extent of its own
+ * (alloc.c, prof_promote: jemalloc's promotion), whose page-map class 0 sends its free to the
+ * slow path, which finds it in the live set; slab granules are never marked, so the small
+ * fast paths never meet a sampled block. Only where no page can be had is a sample kept in
+ * its slab, its granule carrying class 0 while it lives (gran_poison / gran_restore).
+ * prof:false changes nothing. An extent counts its sampled blocks (prof_nsampled), so a
+ * free looks in the live set only when its extent holds one.
  * Lock order: prof_dump_lock, then prof_lock, then meta_lock. prof_lock is held only with
  * tsd->reentrant set, so a signal handler's free leaks rather than deadlocks.
  */
