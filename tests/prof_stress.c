@@ -565,6 +565,43 @@ TEST(test_prof_sampled_small_blocks_get_their_own_pages) {
   CHECK(objs == 0 && bytes == 0, "after freeing everything: %lu objects, %lu bytes", objs, bytes);
 }
 
+/* A promoted block freed twice is reported (strata's invalid-free report, SIGABRT): after
+ * its first free the thread keeps its page with no class (nkeep 0), or, with the thread's
+ * kept pages full, the page goes back to its arena (nkeep 4 more promoted frees first). */
+static void free_promoted_twice(void *arg) {
+  int nkeep = (int)(intptr_t)arg;
+  void *other[8];
+  void *p = find_promoted(100, 0, false);
+  for (int i = 0; i < nkeep; i++) other[i] = find_promoted(100, 0, false);
+  for (int i = 0; i < nkeep; i++) free(other[i]);
+  char buf[64];
+  int n = snprintf(buf, sizeof buf, "addr=%p\n", p);
+  if (write(1, buf, (size_t)n) < 0) _exit(3);
+  free(p);
+  free(p);
+  _exit(0);
+}
+
+static void expect_promoted_double_free_report(int nkeep) {
+  static check_child_t r;
+  CHECK(check_child(free_promoted_twice, (void *)(intptr_t)nkeep, 60, &r) == 0, "fork failed");
+  const char *a = strstr(r.out, "addr=");
+  CHECK(a != NULL, "child did not report its address; %s; stderr:\n%s", check_status_str(r.status), r.err);
+  uintptr_t addr = (uintptr_t)strtoull(a + 5, NULL, 16);
+  const char *needle = "invalid pointer 0x";
+  const char *m = strstr(r.err, needle);
+  CHECK(m != NULL, "no \"%s...\" report for 0x%jx (child: %s); stderr:\n%s", needle, (uintmax_t)addr,
+        check_status_str(r.status), r.err);
+  CHECK((uintptr_t)strtoull(m + strlen(needle) - 2, NULL, 16) == addr, "report names another address: %s", r.err);
+  CHECK(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGABRT, "child ended with %s, want SIGABRT; stderr:\n%s",
+        check_status_str(r.status), r.err);
+}
+
+TEST(test_prof_promoted_block_freed_twice_is_reported) {
+  expect_promoted_double_free_report(0);
+  expect_promoted_double_free_report(4);
+}
+
 /* prof:true reuses freed blocks as prof:false does (LIFO): a free then a malloc of the same
  * class returns the block just freed, from the small classes of malloc's lookup table (up
  * to 14 KiB), a cached class above it (20 KiB) and by way of a sized free; sampled or not
