@@ -513,6 +513,10 @@ static void *malloc_promoted(size_t sz, bool *promoted) {
  * the small size, MALLOCX_ALIGN, calloc's zeroes, thread.allocated. */
 enum { PROMOTE_TRIES = 20000 };
 static void *find_promoted(size_t sz, int flags, bool zero) {
+  /* The last LIVE blocks stay allocated: next to a sampled block kept in its slab, the
+   * ones allocated just before it would share its page (classes up to 2 KiB). */
+  enum { LIVE = 64 };
+  void *live[LIVE] = {0};
   (void)prof_nlocks_grew(0);
   for (int i = 0; i < PROMOTE_TRIES; i++) {
     uint64_t n0 = prof_nlocks(), a0 = 0, a1 = 0;
@@ -523,8 +527,16 @@ static void *find_promoted(size_t sz, int flags, bool zero) {
     CHECK(mallctl("thread.allocated", &a1, &len, NULL, 0) == 0, "thread.allocated");
     CHECK(a1 - a0 == nallocx(sz, flags), "thread.allocated grew by %llu for a %zu-byte block (usable %zu)",
           (unsigned long long)(a1 - a0), sz, nallocx(sz, flags));
-    if (prof_nlocks_grew(n0)) return p;
-    free(p);
+    if (prof_nlocks_grew(n0)) {
+      for (int j = 0; j < LIVE; j++) {
+        CHECK(live[j] == NULL || ((uintptr_t)live[j] >> 12) != ((uintptr_t)p >> 12),
+              "sampled %zu-byte block %p shares its page with block %p", sz, p, live[j]);
+        free(live[j]);
+      }
+      return p;
+    }
+    free(live[i % LIVE]);
+    live[i % LIVE] = p;
   }
   CHECK(false, "no %zu-byte block sampled in %d", sz, PROMOTE_TRIES);
   return NULL;
