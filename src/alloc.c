@@ -50,6 +50,54 @@ static inline void alloc_fill(void *p, size_t usize, bool zero) {
   if (unlikely(opt.junk & JUNK_ALLOC) && !zero) memset(p, 0xa5, usize);
 }
 
+/* ---------------------------------------------------------------- sampled blocks' pages */
+/* Heap profiling (issue 9, eighth session): a sampled small block is served from a page
+ * extent of its own, jemalloc's promotion, so that no slab granule is marked for it and the
+ * small fast paths never meet a sampled block. The extent is a large one whose class is the
+ * small class (szind <= SZ_NSMALL, slab 0; guard.c's blocks are the only others, told
+ * apart by their arena id): malloc_usable_size, sized frees and realloc see the small
+ * class; its page-map entry carries class 0 (large_rt_ind: no cached large class with
+ * prof:true), so free() takes the slow path, where idalloc_prof recognises it by its
+ * extent. The arena counts it as a large allocation of its pages (stats.allocated,
+ * large.allocated, large.nmalloc: arena_prof_page_alloc), thread.allocated as the small
+ * class's usable size. A thread keeps up to PROF_PAGES freed one-page extents for its next
+ * samples (prof.c: prof_page_get, prof_page_put), still counted as allocated, as cached
+ * blocks are. */
+static NOINLINE void *prof_promote(tsd_t *tsd, szind_t ind, arena_t *a, bool zero) {
+  sassert(ind <= SZ_NSMALL && tcache_nbins_malloc == 0);
+  size_t usize = sz_size[ind], esize = (usize + os_page - 1) & ~(os_page - 1);
+  edata_t *e = !a->user && esize == os_page && !tsd->in_hook ? prof_page_get() : NULL;
+  if (e != NULL) { /* a page this thread kept from a freed sample */
+    e->szind = (uint16_t)ind;
+    if (zero) memset((void *)e->addr, 0, usize);
+    return (void *)e->addr;
+  }
+  if ((e = arena_prof_page_alloc(a, esize, ind)) == NULL) return NULL;
+  if (zero && !e->zeroed) memset((void *)e->addr, 0, usize);
+  return (void *)e->addr;
+}
+
+/* ialloc's prof:true tail (reentrant held): counts p's bytes and records it when it holds
+ * the sampling point; a small slab block is first exchanged for a promoted page of its
+ * arena (an explicit arena's, or the thread's), and goes back to its slab. Where no page
+ * can be had, the block is sampled in its slab (prof.c marks its granule). Only (p, ind,
+ * zero): ialloc keeps no more registers live across the allocation than prof:false needs
+ * (passing use_tcache and the arena cost the producer/consumer figure 0.1 an object). */
+static NOINLINE void *ialloc_prof(tsd_t *tsd, void *p, szind_t ind, bool zero) {
+  if (p == NULL) return NULL;
+  size_t usize = sz_size[ind];
+  if (prof_take_record(usize) && ind <= SZ_NSMALL) {
+    edata_t *ed = rt_edata(rtree_read((uintptr_t)p));
+    void *q = ed->slab ? prof_promote(tsd, ind, arena_of(ed), zero || opt.zero) : NULL;
+    if (q != NULL) {
+      bin_dalloc_batch(arena_of(ed), ind, &p, 1);
+      p = q;
+    }
+  }
+  prof_after(tsd, p, usize);
+  return p;
+}
+
 /* Allocate class ind; explicit is the MALLOCX_ARENA arena or NULL; use_tcache false for
  * MALLOCX_TCACHE_NONE. */
 static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t *explicit) {
@@ -91,8 +139,9 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
     }
   }
 done:
-  /* Heap profiling: this allocation's bytes, whichever way it was served (prof.c). */
-  if (unlikely(prof_on)) prof_alloc(tsd, p, usize);
+  /* Heap profiling: this allocation's bytes, whichever way it was served (prof.c); a
+   * sampled small block is exchanged for a page of its own (ialloc_prof). */
+  if (unlikely(prof_on)) p = ialloc_prof(tsd, p, ind, zero);
   tsd->reentrant = 0;
   if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
   if (likely(p != NULL)) {
@@ -206,6 +255,21 @@ static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind,
   if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("free", p);
   if (unlikely(prof_maybe_sampled(p, ed, ind)) && prof_free_sampled(tsd, p, ed)) return;
   if (unlikely(prof_want_thread)) prof_free_hook();
+  if (ind <= SZ_NSMALL && !ed->slab && ed->arena_id != GUARD_ARENA) {
+    /* A promoted sampled block (prof_promote): its page extent goes back to its arena. */
+    if (unlikely(opt.junk & JUNK_FREE)) memset(p, 0x5a, sz_size[ind]);
+    tsd->deallocated += sz_size[ind];
+    if (unlikely(tsd->reentrant)) return; /* a signal handler's free inside strata: leaked */
+    /* One-page extents of ordinary arenas stay with the thread for its next samples. */
+    if (ed->size == os_page && tsd->state == TSD_ACTIVE && !tsd->in_hook && !arena_of(ed)->user &&
+        prof_page_put(ed))
+      return;
+    tsd->reentrant = 1;
+    arena_prof_page_dalloc(ed);
+    tsd->reentrant = 0;
+    if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
+    return;
+  }
   idalloc_body(tsd, p, ed, ind, use_tcache);
 }
 
@@ -250,7 +314,23 @@ static NOINLINE void *malloc_prof_class(size_t size) {
   TAG_WORD(p) = 0; /* allocated: untagged */
   b->avail++;
   tsd->reentrant = 1;
-  if (prof_class_take(tc, (szind_t)ind)) prof_after(tsd, p, sz_size[ind]);
+  if (prof_class_take(tc, (szind_t)ind)) {
+    if (prof_pending()) { /* to be recorded: on a page of its own, p back to the bin */
+      arena_t *a = unlikely(tsd->in_hook) ? arena_get(0) : tc->arena; /* where its pops come from */
+      void *q = a ? prof_promote(tsd, (szind_t)ind, a, false) : NULL;
+      if (q != NULL) {
+        TAG_WORD(p) = TAG_OF(p);
+        LINK_SET(p, b->head); /* room: p was just popped */
+        b->head = p;
+        b->avail--;
+        prof_class_unpop(tc, (szind_t)ind);
+        tsd->allocated += sz_size[ind];
+        TAG_WORD(q) = 0; /* allocated: untagged (the page may hold an old region's tag) */
+        p = q;
+      }
+    }
+    prof_after(tsd, p, sz_size[ind]);
+  }
   tsd->reentrant = 0;
   if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
   return p;

@@ -273,3 +273,32 @@ size_t arena_purge_all(void) {
   meta_purge();
   return purged;
 }
+
+/* Heap profiling (alloc.c, prof_promote): the page extent of a promoted sampled small
+ * block, of small class ind but no slab (page-map class 0: free() takes the slow path).
+ * Counted in large.allocated and large.nmalloc as its pages: a thread keeps a freed one for
+ * its next sample of any small class (prof.c, prof_page_get), so the count cannot follow
+ * the class. NULL when no pages can be had. */
+edata_t *arena_prof_page_alloc(arena_t *a, size_t esize, szind_t ind) {
+  arena_tally(mtx_lock(&a->elock));
+  edata_t *e = extent_alloc(a, esize, 0);
+  if (e) {
+    e->szind = (uint16_t)ind;
+    extent_register(e, 0, false);
+    a->large_allocated += e->size;
+    a->nlarge_malloc++;
+  }
+  mtx_unlock(&a->elock);
+  arena_maybe_purge(a);
+  return e;
+}
+
+void arena_prof_page_dalloc(edata_t *e) {
+  arena_t *a = arena_of(e);
+  arena_tally(mtx_lock(&a->elock));
+  a->large_allocated -= e->size;
+  a->nlarge_dalloc++;
+  extent_dalloc(a, e);
+  mtx_unlock(&a->elock);
+  arena_maybe_purge(a);
+}

@@ -540,6 +540,10 @@ HIDDEN void *arena_small_alloc(arena_t *a, szind_t ind, bool zero);
 HIDDEN bool arena_large_resize(edata_t *e, size_t usize); /* in place; true on failure */
 HIDDEN void *arena_large_remap(edata_t *e, size_t usize); /* mremap; NULL on failure */
 HIDDEN size_t arena_purge_all(void); /* pages purged */
+/* Heap profiling's promoted blocks (alloc.c): a page extent of small class ind, counted
+ * as its pages in large.allocated; and its release. */
+HIDDEN edata_t *arena_prof_page_alloc(arena_t *a, size_t esize, szind_t ind);
+HIDDEN void arena_prof_page_dalloc(edata_t *e);
 /* decay.c: dirty pages age out over dirty_decay_ms along a smooth curve, oldest first,
  * then muzzy pages over muzzy_decay_ms; and the container-limit purge. */
 HIDDEN uint64_t decay_now(void);
@@ -916,8 +920,14 @@ HIDDEN extern int prof_entry_state; /* 1 patched, else 0 or -errno (prof_boot) *
 HIDDEN void prof_boot_late(void); /* after strata is ready: atexit, signal handler */
 HIDDEN void prof_take(size_t usize); /* every allocation but malloc_prof's pops: its bytes */
 HIDDEN bool prof_class_take(tcache_t *tc, szind_t ind); /* malloc_prof's pop left its fast path */
-/* ialloc's count of p (NULL: none), then its sample if it holds the point; reentrant held. */
-HIDDEN void prof_alloc(tsd_t *tsd, void *p, size_t usize);
+HIDDEN bool prof_take_record(size_t usize); /* ialloc: counts usize; true: record this one */
+HIDDEN bool prof_pending(void);             /* prof_class_take's pop is to be recorded */
+HIDDEN void prof_class_unpop(tcache_t *tc, szind_t ind); /* that pop was given back */
+/* A few freed one-page promoted extents kept by each thread for its next samples (prof.c):
+ * get: one (its szind still 0) or NULL; put: false when full (szind is set to 0: a second
+ * free of the block then finds no class and is reported). */
+HIDDEN edata_t *prof_page_get(void);
+HIDDEN bool prof_page_put(edata_t *e);
 HIDDEN extern bool prof_want_thread;            /* the dump thread is to be created */
 HIDDEN void prof_free_hook(void);               /* a free's slow path, outside strata: may malloc */
 HIDDEN void prof_after(tsd_t *tsd, void *p, size_t usize); /* records p if prof_take chose it */

@@ -15,11 +15,13 @@
  * (prof_alloc in ialloc, prof_take elsewhere). Frees are prof:false's: LIFO onto the same bins, so a block freed now is
  * the next one malloc gets (an earlier design reserved cached bytes against per-class
  * countdowns and kept frees in separate stash bins, which cost the cache misses of FIFO-like
- * reuse; docs/design.md). A sampled small block's granule carries class 0 in the rtree while
- * the block lives, so its free (and its neighbours') takes the slow path, which finds it in
- * the live set (gran_poison / gran_restore). prof:false changes nothing.
- * Sampled small blocks stay in their slab; the slab's edata counts them (prof_nsampled),
- * so a free looks in the live set only when its extent holds a sampled block.
+ * reuse; docs/design.md). A sampled small block is served from a page extent of its own
+ * (alloc.c, prof_promote: jemalloc's promotion), whose page-map class 0 sends its free to the
+ * slow path, which finds it in the live set; slab granules are never marked, so the small
+ * fast paths never meet a sampled block. Only where no page can be had is a sample kept in
+ * its slab, its granule carrying class 0 while it lives (gran_poison / gran_restore).
+ * prof:false changes nothing. An extent counts its sampled blocks (prof_nsampled), so a
+ * free looks in the live set only when its extent holds one.
  * Lock order: prof_dump_lock, then prof_lock, then meta_lock. prof_lock is held only with
  * tsd->reentrant set, so a signal handler's free leaks rather than deadlocks.
  */
@@ -70,12 +72,17 @@ struct prof_thr_s {
 static prof_thr_t *thr_all;
 static uint64_t thr_uid_next;
 
+/* Freed one-page extents of promoted samples a thread keeps (alloc.c, prof_promote): an
+ * extent allocation and free per sample cost about 740 instructions (wl_churn). */
+#define PROF_PAGES 4
 typedef struct {
   uint64_t cdlen; /* the length prof_cd was drawn with (for lg_prof_interval) */
   uint64_t rng;
   bool init, active, pending, busy;
   char name[PROF_THR_NAME]; /* thread.prof.name */
   prof_thr_t *thr;       /* this thread's record in dumps, made at its first sample */
+  unsigned npages;       /* freed promoted one-page extents kept for the next samples */
+  edata_t *pages[PROF_PAGES];
 } prof_tdata_t;
 static __thread prof_tdata_t prof_td __attribute__((tls_model("initial-exec")));
 /* The byte countdown itself is strata_tsd.prof_cdn, negated. */
@@ -255,10 +262,23 @@ bool prof_class_take(tcache_t *tc, szind_t ind) {
   return hit;
 }
 
-void prof_alloc(tsd_t *tsd, void *p, size_t usize) {
-  if (p == NULL) return;
-  cd_take(&prof_td, usize);
-  prof_after(tsd, p, usize);
+/* ialloc's count: true when this allocation is to be recorded (prof_after), so that the
+ * caller can first move a small one onto a page of its own (alloc.c, prof_promote). */
+bool prof_take_record(size_t usize) { return cd_take(&prof_td, usize) && prof_td.pending; }
+
+/* Whether the pop prof_class_take just chose is to be recorded (prof.active, the thread's
+ * active flag, not inside a sample). */
+bool prof_pending(void) { return prof_td.pending; }
+
+/* malloc_prof_class handed out a promoted page instead of the block it popped, which went
+ * back to the bin: the pop leaves the bin's count (the caller counts the bytes in
+ * tsd->allocated); the countdown (nmalloc) is unchanged. */
+void prof_class_unpop(tcache_t *tc, szind_t ind) {
+  uint32_t g = tc->prof_nm_gen;
+  __atomic_store_n(&tc->prof_nm_gen, g + 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  tc->prof_nm_off[ind]--;
+  __atomic_store_n(&tc->prof_nm_gen, g + 2, __ATOMIC_RELEASE);
 }
 
 /* ---------------------------------------------------------------- tables (prof_lock held) */
@@ -412,9 +432,29 @@ static prof_thr_t *thr_get(prof_tdata_t *td) {
   return t;
 }
 
-/* Thread exit (tcache.c's destructor): the record stays while its samples live. */
+edata_t *prof_page_get(void) {
+  prof_tdata_t *td = &prof_td;
+  return td->npages ? td->pages[--td->npages] : NULL;
+}
+
+bool prof_page_put(edata_t *e) {
+  prof_tdata_t *td = &prof_td;
+  if (td->npages == PROF_PAGES) return false;
+  e->szind = 0;
+  td->pages[td->npages++] = e;
+  return true;
+}
+
+/* Thread exit (tcache.c's destructor): its kept pages go back to their arenas; its record
+ * stays while its samples live. */
 void prof_thread_exit(tsd_t *tsd) {
   prof_tdata_t *td = &prof_td;
+  if (td->npages) {
+    uint8_t saved = tsd->reentrant;
+    tsd->reentrant = 1;
+    while (td->npages) arena_prof_page_dalloc(td->pages[--td->npages]);
+    tsd->reentrant = saved;
+  }
   if (td->thr == NULL) return;
   uint8_t saved = tsd->reentrant;
   tsd->reentrant = 1;
