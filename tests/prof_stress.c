@@ -715,14 +715,7 @@ TEST(test_prof_malloc_entry_is_patched_unless_told_not_to) {
 /* The frees of a sampled block's granule neighbours ask the live set without prof_lock
  * (prof.c, live_maybe). At this rate about 500 of 8,192 64-byte blocks are sampled and
  * nearly every 4 KiB granule holds one, so most of the frees leave the fast path; only
- * the sampled ones may take the lock (stats.mutexes.prof, jemalloc's name). */
-static uint64_t prof_lock_ops(void) {
-  uint64_t e = 1, v = 0;
-  size_t len = sizeof v;
-  CHECK(mallctl("epoch", NULL, NULL, &e, sizeof e) == 0, "epoch");
-  CHECK(mallctl("stats.mutexes.prof.num_ops", &v, &len, NULL, 0) == 0, "stats.mutexes.prof.num_ops");
-  return v;
-}
+ * the sampled ones may take the lock (stats.mutexes.prof, jemalloc's name: prof_nlocks). */
 
 TEST(test_prof_neighbour_frees_skip_the_lock) {
   enum { N = 8192 };
@@ -731,9 +724,9 @@ TEST(test_prof_neighbour_frees_skip_the_lock) {
     b[i] = malloc(64);
     CHECK(b[i] != NULL, "malloc(64)");
   }
-  uint64_t n0 = prof_lock_ops();
+  uint64_t n0 = prof_nlocks();
   for (int i = 0; i < N; i++) free(b[i]);
-  uint64_t n1 = prof_lock_ops();
+  uint64_t n1 = prof_nlocks();
   CHECK(n1 - n0 < N / 8, "%llu prof_lock acquisitions for %d frees (about 500 blocks sampled)",
         (unsigned long long)(n1 - n0), N);
   unsigned long objs, bytes;
