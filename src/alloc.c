@@ -374,7 +374,8 @@ static NOINLINE void *malloc_slow(size_t size) {
     /* Cached classes above the lookup table (14-32 KiB): a hit pops the bin here, without
      * ialloc's general path (wl_xthread's 16 KiB blocks; about 110 instructions there). A
      * miss, or a thread without its cache, goes the long way, as do these classes with
-     * prof:true (tcache_nbins_malloc 0: ialloc counts them). */
+     * prof:true (tcache_nbins_malloc 0: ialloc counts them). The class by
+     * sz_size2index_compute's own first test, inline: a hit makes no call. */
     szind_t ind = likely(size <= SZ_LOOKUP_K_MAX) ? sz_lookup_k[(size - 1) >> 10] : sz_size2index_compute(size);
     if (ind < tcache_nbins_malloc) {
       tbin_t *b = &strata_tsd.tcache->bins[ind];

@@ -155,10 +155,7 @@ static inline szind_t large_rt_ind(const arena_t *a, szind_t ind) {
 
 void *arena_large_alloc(arena_t *a, size_t usize, size_t align, bool zero) {
   size_t esize = (usize + os_page - 1) & ~(os_page - 1);
-  /* The thread caches' large classes (16-32 KiB: every miss of their bins comes here) by
-   * the 1 KiB table, as malloc_slow does: sz_size2index_compute took ~28 instructions. */
-  bool k_table = usize > SZ_LOOKUP_MAX && usize <= SZ_LOOKUP_K_MAX;
-  szind_t ind = k_table ? sz_lookup_k[(usize - 1) >> 10] : sz_size2index(usize);
+  szind_t ind = sz_size2index(usize);
   arena_tally(mtx_lock(&a->elock));
   edata_t *e = extent_alloc(a, esize, align);
   bool zeroed = false;
