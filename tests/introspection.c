@@ -68,6 +68,9 @@ TEST(test_mallctl_jemalloc_names_answer_with_their_types)
     len = sizeof b;
     CHECK_EQ(mallctl("config.stats", &b, &len, NULL, 0), 0);
     CHECK(b);
+    b = false; /* the profiler is always compiled in: jemalloc's tools read config.prof */
+    CHECK_EQ(mallctl("config.prof", &b, &len, NULL, 0), 0);
+    CHECK(b);
     ssize_t d;
     len = sizeof d;
     CHECK_EQ(mallctl("opt.dirty_decay_ms", &d, &len, NULL, 0), 0);
