@@ -36,8 +36,27 @@ def cpu_time(p):
 
 
 def quartiles(v):
+    if len(v) < 2:
+        return v[0], v[0], v[0]
     q = statistics.quantiles(v, n=4, method="inclusive")
     return q[0], statistics.median(v), q[2]
+
+
+def parse_allocators(specs):
+    """[(name, lib.so)] and the bench/ directory of the first build among NAME=BUILD_DIR or
+    NAME=LIB.so specs (a .so is preloaded as it is; a build directory gives its libstrata.so)."""
+    allocs, bench = [], None
+    for spec in specs:
+        name, _, path = spec.partition("=")
+        if path.endswith(".so") or ".so." in path:
+            allocs.append((name, path))
+            continue
+        allocs.append((name, os.path.join(path, "libstrata.so")))
+        if bench is None and os.path.isdir(os.path.join(path, "bench")):
+            bench = os.path.join(path, "bench")
+    if bench is None:
+        raise SystemExit("no build directory with bench/ among the allocators")
+    return allocs, bench
 
 
 def main():
@@ -50,19 +69,7 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     cpus = a.cpus.split(",")
-    allocs = []
-    for spec in a.allocators:
-        name, _, path = spec.partition("=")
-        lib = path if path.endswith(".so") or ".so." in path else os.path.join(path, "libstrata.so")
-        allocs.append((name, lib))
-    bench = None
-    for spec in a.allocators:
-        path = spec.partition("=")[2]
-        if os.path.isdir(os.path.join(path, "bench")):
-            bench = os.path.join(path, "bench")
-            break
-    if bench is None:
-        raise SystemExit("no build directory with bench/ among the allocators")
+    allocs, bench = parse_allocators(a.allocators)
     out = {}
     for wl in a.workloads.split(","):
         cmd = [os.path.join(bench, wl), "--preset", a.preset]

@@ -30,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 
+from prof_sidebyside import parse_allocators, quartiles
+
 
 def yard_dso(dso, wl):
     return dso == wl or dso == "[vdso]" or dso.startswith("libm.") or dso.startswith("libm-")
@@ -55,13 +57,6 @@ def one_run(tmp, lib, conf, cmd, wl, freq):
     if yard == 0:
         raise SystemExit(f"no samples in {wl}'s own code: {cmd}")
     return total / yard, total
-
-
-def quartiles(v):
-    if len(v) < 3:
-        return min(v), statistics.median(v), max(v)
-    q = statistics.quantiles(v, n=4, method="inclusive")
-    return q[0], statistics.median(v), q[2]
 
 
 def measure(allocs, bench, workloads, rounds, preset="default", freq=4000, log=None):
@@ -105,17 +100,7 @@ def main():
     if shutil.which("perf") is None:
         print("prof_yardstick: perf is not installed (Debian: linux-perf)", file=sys.stderr)
         return 77
-    allocs, bench = [], None
-    for spec in a.allocators:
-        name, _, path = spec.partition("=")
-        if path.endswith(".so") or ".so." in path:
-            allocs.append((name, path))
-        else:
-            allocs.append((name, os.path.join(path, "libstrata.so")))
-            if bench is None and os.path.isdir(os.path.join(path, "bench")):
-                bench = os.path.join(path, "bench")
-    if bench is None:
-        raise SystemExit("no build directory with bench/ among the allocators")
+    allocs, bench = parse_allocators(a.allocators)
     out = measure(allocs, bench, a.workloads.split(","), a.rounds, a.preset, a.freq, log=sys.stderr)
     for wl, per in out.items():
         for name, d in per.items():
