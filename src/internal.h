@@ -446,7 +446,7 @@ typedef struct {
   uint64_t nslabs, nreslabs; /* slabs created; times the current slab changed */
   size_t nonfull_slabs;      /* slabs in the nonfull heap */
   /* The growth run (slab_new): grow_run slabs of grow_bytes made in a row while the bin's
-   * ndalloc stayed grow_mark, the filling cache's frees of the class grow_cmark, and the
+   * ndalloc stayed grow_mark, the filling thread's cache's frees of the class grow_cmark, and the
    * arena's slab_bytes_released was grow_rel at its start. */
   uint64_t grow_mark, grow_cmark, grow_rel;
   size_t grow_run, grow_bytes;
@@ -457,10 +457,6 @@ HIDDEN unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n);
 /* The same, but whole remote chains are taken while the total stays under nmax (>= n),
  * so a small fill does not cut a chain a flush handed over whole. */
 HIDDEN unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, unsigned nmax);
-/* The same for a thread cache whose bin of the class counted cfrees frees so far (tbin_t
- * ndalloc): a cache that frees none of the class while its arena's bin grows lets that
- * bin take the busy geometry (slab_new). */
-HIDDEN unsigned bin_fill_cache(arena_t *a, szind_t ind, void **head, unsigned n, unsigned nmax, uint64_t cfrees);
 /* Frees n regions of class ind that all belong to arena a (a chain is made of them). */
 HIDDEN void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, unsigned n);
 /* len regions of one slab, linked through their first word from head. */

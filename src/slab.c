@@ -96,8 +96,8 @@ static void bitmap_init(uint64_t *bm, const bin_info_t *bi, uint32_t nregs) {
  * crowded geometry (a page for the classes up to 128 B instead of 64 KiB, as jemalloc's).
  * docs/design.md, "Many threads, eighth session".
  * A bin that has made SLAB_BIG_AFTER slabs in a row with none of its class freed, to it or
- * to the filling thread's cache (cfrees, its bin's ndalloc), while its arena gave back at
- * least half as many slab bytes, is one class's memory passing to another (wl_halffree:
+ * to the filling thread's cache (cfrees: that cache's ndalloc of the class), while its
+ * arena gave back at least half as many slab bytes, is one class's memory passing to another (wl_halffree:
  * a class retired, the next filled): its next slabs take the busy geometry, k usual slabs
  * in one, and so k times fewer round trips through the extents. A bin that only grows, or
  * whose class is freed as it grows (wl_drift's rising types, whose long-lived objects
@@ -117,7 +117,10 @@ static inline size_t slab_size_for(const arena_t *a, const bin_t *bin, const bin
 /* bin lock held; takes the arena's elock inside (lock order bin -> elock). An arena with
  * extent hooks drops the bin lock around it, as jemalloc allocates slabs: the alloc hook
  * may be slow. A reset meanwhile (gen moved) took the new slab already: NULL then. */
-static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind, uint64_t cfrees) {
+static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
+  /* The calling thread's cache's frees of the class (its fast path counts them), read
+   * here rather than passed down the fill path: slab_size_for's growth run. */
+  uint64_t cfrees = ind < TCACHE_NBINS_MAX ? strata_tsd.tcache->bins[ind].ndalloc : 0;
   const bin_info_t *bi = &bin_info[ind];
   void *bmp = bin->bm_spare;
   bin->bm_spare = NULL;
@@ -184,7 +187,7 @@ static void slab_release(arena_t *a, bin_t *bin, edata_t *s) {
 }
 
 /* The next slab to serve from: lowest non-full, else the spare, else a new one. */
-static edata_t *bin_next_slab(arena_t *a, bin_t *bin, szind_t ind, uint64_t cfrees) {
+static edata_t *bin_next_slab(arena_t *a, bin_t *bin, szind_t ind) {
   edata_t *s;
   if (bin->nonfull) {
     s = ph_edata(bin->nonfull);
@@ -194,7 +197,7 @@ static edata_t *bin_next_slab(arena_t *a, bin_t *bin, szind_t ind, uint64_t cfre
     s = bin->spare;
     bin->spare = NULL;
   } else {
-    s = slab_new(a, bin, ind, cfrees);
+    s = slab_new(a, bin, ind);
     if (s != NULL && bin->cur != NULL && bin->cur->nfree != 0) {
       /* The bin lock was dropped (hooked arena) and another thread's fill or free left
        * room in the current slab: keep it, the new one waits among the non-full. */
@@ -212,10 +215,6 @@ unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n) {
 }
 
 unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, unsigned nmax) {
-  return bin_fill_cache(a, ind, head, n, nmax, 0);
-}
-
-unsigned bin_fill_cache(arena_t *a, szind_t ind, void **head, unsigned n, unsigned nmax, uint64_t cfrees) {
   const bin_info_t *bi = &bin_info[ind];
   const size_t size = bi->size;
   bin_t *bin = &a->bins[ind];
@@ -253,7 +252,7 @@ unsigned bin_fill_cache(arena_t *a, szind_t ind, void **head, unsigned n, unsign
   while (got < n) {
     edata_t *s = bin->cur;
     if (s == NULL || s->nfree == 0) {
-      s = bin_next_slab(a, bin, ind, cfrees);
+      s = bin_next_slab(a, bin, ind);
       next_slab = true;
       if (s == NULL) break;
     }
@@ -269,17 +268,16 @@ unsigned bin_fill_cache(arena_t *a, szind_t ind, void **head, unsigned n, unsign
       while (bm[w] == 0) w++;
       uint64_t word = bm[w];
       uintptr_t wbase = s->addr + (size_t)w * 64 * size;
-      uint64_t low = word & -word, end = word + low;
-      if ((end & word) == 0) {
+      if (((word + (word & -word)) & word) == 0) {
         /* The free bits form one run (a new slab's words, or the rest of one a fill
          * stopped in): its regions by address, no bit scan and no multiply each. */
-        unsigned b = (unsigned)__builtin_ctzll(word);
-        unsigned cnt = (end ? (unsigned)__builtin_ctzll(end) : 64) - b;
-        unsigned t = take < cnt ? take : cnt;
-        uintptr_t r = wbase + (size_t)b * size;
-        for (unsigned i = 0; i < t; i++, r += size) FILL_APPEND(r);
-        take -= t;
-        bm[w] = b + t >= 64 ? 0 : word & (~(uint64_t)0 << (b + t));
+        uintptr_t r = wbase + (size_t)__builtin_ctzll(word) * size;
+        do {
+          FILL_APPEND(r);
+          r += size;
+          word &= word - 1;
+        } while (--take && word);
+        bm[w] = word;
         continue;
       }
       do {

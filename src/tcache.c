@@ -430,7 +430,7 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
     if (unlikely(over)) want = 1;
     sassert(b->head == NULL && b->avail == tbin_max[ind] && want >= 1);
     if (unlikely(guard_enabled) && (p = guard_fill_hook(ind, &want)) != NULL) return p;
-    unsigned got = bin_fill_cache(tc->arena, ind, &p, want, unlikely(over) ? 1 : tbin_max[ind], b->ndalloc);
+    unsigned got = bin_fill_list_upto(tc->arena, ind, &p, want, unlikely(over) ? 1 : tbin_max[ind]);
     if (got == 0) return NULL;
     if (unlikely(want < tbin_fill_max[ind]) && !over)
       tc->fill[ind] = (uint16_t)(2 * want < tbin_fill_max[ind] ? 2 * want : tbin_fill_max[ind]);
