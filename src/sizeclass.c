@@ -24,9 +24,10 @@ bin_info_t bin_info[SZ_NSMALL + 1];
 #define SLAB_TINY_MAX ((size_t)128)
 /* The busy geometry (slab_new, docs/design.md "Half-free loop, ninth session"): classes
  * up to SLAB_BIG_CLASS_MAX take k usual slabs in one, k as large as SLAB_BIG_MAX and their
- * bitmap block allow. 128 KiB cut wl_halffree's instructions 4% more but put its peak RSS
- * at 1.1x glibc's; classes of 5-14 KiB (2-4 regions) raised wl_frag's peak RSS 0.9%. */
-#define SLAB_BIG_MAX ((size_t)64 << 10)
+ * bitmap block allow. 96 KiB: wl_halffree 332 M instructions (64 KiB: 343 M), peak RSS
+ * 1.07x glibc's (128 KiB: 1.1x); classes of 5-14 KiB (2-4 regions) raised wl_frag's peak
+ * RSS 0.9%. */
+#define SLAB_BIG_MAX ((size_t)96 << 10)
 #define SLAB_BIG_CLASS_MAX ((size_t)4096)
 
 /* Classes 1..9: 8, 16, 32, ..., 128; then 4 per doubling: base + k * base/4. */
