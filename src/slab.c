@@ -256,7 +256,7 @@ unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, un
       next_slab = true;
       if (s == NULL) break;
     }
-    sassert(s->slab && s->szind == ind && s->nfree <= bi->nregs);
+    sassert(s->slab && s->szind == ind && s->nfree <= slab_nregs(s, bi));
     unsigned take = n - got < s->nfree ? n - got : s->nfree;
     s->nfree -= take;
     got += take;
