@@ -446,8 +446,8 @@ typedef struct {
   uint64_t nslabs, nreslabs; /* slabs created; times the current slab changed */
   size_t nonfull_slabs;      /* slabs in the nonfull heap */
   /* The growth run (slab_new): grow_run slabs of grow_bytes made in a row while the bin's
-   * ndalloc stayed grow_mark, the filling thread's cache's frees of the class grow_cmark, and the
-   * arena's slab_bytes_released was grow_rel at its start. */
+   * ndalloc stayed grow_mark and the filling thread's cache's frees of the class
+   * grow_cmark; the arena's slab_bytes_released was grow_rel at its start. */
   uint64_t grow_mark, grow_cmark, grow_rel;
   size_t grow_run, grow_bytes;
 } __attribute__((aligned(CACHELINE))) bin_t;
@@ -520,7 +520,7 @@ struct arena_s {
   decay_t ddecay, mdecay; /* dirty -> muzzy/purged, muzzy -> purged */
   bool bg_scheduled;      /* its background thread knows it has pages to decay */
   size_t bg_seen_npages;  /* dirty pages when that thread was last told */
-  uint64_t slab_bytes_released; /* slab bytes given back to the extents (written under elock, read relaxed) */
+  uint64_t slab_bytes_released; /* slab bytes given to the extents (elock; read relaxed) */
   bin_t bins[SZ_NSMALL + 1];
   /* stats (issue 7), under elock: per large class, purge passes and madvise calls */
   uint64_t lext_nmalloc[SZ_NCLASSES - SZ_NSMALL], lext_ndalloc[SZ_NCLASSES - SZ_NSMALL];

@@ -97,9 +97,9 @@ static void bitmap_init(uint64_t *bm, const bin_info_t *bi, uint32_t nregs) {
  * docs/design.md, "Many threads, eighth session".
  * A bin that has made SLAB_BIG_AFTER slabs in a row with none of its class freed, to it or
  * to the filling thread's cache (cfrees: that cache's ndalloc of the class), while its
- * arena gave back at least half as many slab bytes, is one class's memory passing to another (wl_halffree:
- * a class retired, the next filled): its next slabs take the busy geometry, k usual slabs
- * in one, and so k times fewer round trips through the extents. A bin that only grows, or
+ * arena gave back at least half as many slab bytes, is one class's memory passing to
+ * another (wl_halffree: a class retired, the next filled): its next slabs take the busy
+ * geometry, k usual slabs in one, and so k times fewer round trips through the extents. A bin that only grows, or
  * whose class is freed as it grows (wl_drift's rising types, whose long-lived objects
  * would pin the bigger slabs), keeps the usual one. docs/design.md, "Half-free loop, ninth
  * session". */
@@ -108,7 +108,8 @@ static inline size_t slab_size_for(const arena_t *a, const bin_t *bin, const bin
       (__atomic_load_n(&tcache_nlive, __ATOMIC_RELAXED) > tcache_crowd_nlive ||
        __atomic_load_n(&tcache_nthreads_seen, __ATOMIC_RELAXED) > tcache_crowd_nlive))
     return bi->slab_size_crowd;
-  if (bin->grow_run >= SLAB_BIG_AFTER && bin->ndalloc == bin->grow_mark && cfrees == bin->grow_cmark &&
+  if (bin->grow_run >= SLAB_BIG_AFTER && bin->ndalloc == bin->grow_mark &&
+      cfrees == bin->grow_cmark &&
       (__atomic_load_n(&a->slab_bytes_released, __ATOMIC_RELAXED) - bin->grow_rel) * 2 >= bin->grow_bytes)
     return bi->slab_size_big;
   return bi->slab_size;
@@ -128,7 +129,7 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   uint64_t *bm = bmp;
   bool hooked = arena_hooks(a) != NULL;
   uint64_t gen = __atomic_load_n(&a->gen, __ATOMIC_ACQUIRE);
-  size_t ssize = slab_size_for(a, bin, bi, cfrees); /* reads curslabs: under the bin lock */
+  size_t ssize = slab_size_for(a, bin, bi, cfrees); /* reads the growth run: bin lock held */
   if (hooked) mtx_unlock(&bin->lock);
   mtx_lock(&a->elock);
   edata_t *s = extent_alloc(a, ssize, os_page);
