@@ -278,8 +278,17 @@ typedef struct {
   size_t slab_size_crowd;
   uint32_t nregs_crowd;
   uint64_t used, used_crowd; /* region bytes of a slab of either geometry: nregs * size */
+  /* Slabs made while the bin only grows and its arena gives slabs back (slab_new;
+   * docs/design.md, "Half-free loop, ninth session"): slab_size_big bytes, a multiple of
+   * slab_size within the class's bitmap block; slab_size itself when none fits. */
+  size_t slab_size_big;
+  uint32_t nregs_big;
+  uint64_t used_big;
 } bin_info_t;
 HIDDEN extern bin_info_t bin_info[SZ_NSMALL + 1];
+/* A bin takes the busy geometry from its SLAB_BIG_AFTER-th slab made in a row while nothing
+ * of its class was freed (slab_new). */
+#define SLAB_BIG_AFTER 16
 HIDDEN void sz_init(void);
 HIDDEN szind_t sz_size2index_compute(size_t size);
 /* The malloc fast path reads the table before initialisation has filled it (the empty
@@ -359,10 +368,12 @@ struct edata_s {
 };
 /* Regions of slab s (either geometry of its class), and the bytes they cover. */
 static inline uint32_t slab_nregs(const edata_t *s, const bin_info_t *bi) {
-  return s->size == bi->slab_size ? bi->nregs : bi->nregs_crowd;
+  if (likely(s->size == bi->slab_size)) return bi->nregs;
+  return s->size == bi->slab_size_big ? bi->nregs_big : bi->nregs_crowd;
 }
 static inline uint64_t slab_used(const edata_t *s, const bin_info_t *bi) {
-  return likely(s->size == bi->slab_size) ? bi->used : bi->used_crowd;
+  if (likely(s->size == bi->slab_size)) return bi->used;
+  return s->size == bi->slab_size_big ? bi->used_big : bi->used_crowd;
 }
 /* The offset of a slab's last region start, for either geometry: a region start's offset
  * (a multiple of the size) is in the slab iff it is at most this; an offset above it is
@@ -434,6 +445,11 @@ typedef struct {
   /* stats (issue 7): kept under the bin lock on the slab paths only */
   uint64_t nslabs, nreslabs; /* slabs created; times the current slab changed */
   size_t nonfull_slabs;      /* slabs in the nonfull heap */
+  /* The growth run (slab_new): grow_run slabs of grow_bytes made in a row while the bin's
+   * ndalloc stayed grow_mark and the filling thread's cache's frees of the class
+   * grow_cmark; the arena's slab_bytes_released was grow_rel at its start. */
+  uint64_t grow_mark, grow_cmark, grow_rel;
+  size_t grow_run, grow_bytes;
 } __attribute__((aligned(CACHELINE))) bin_t;
 HIDDEN unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n);
 /* Up to n regions linked into a NULL-terminated list, lowest address first. */
@@ -504,6 +520,7 @@ struct arena_s {
   decay_t ddecay, mdecay; /* dirty -> muzzy/purged, muzzy -> purged */
   bool bg_scheduled;      /* its background thread knows it has pages to decay */
   size_t bg_seen_npages;  /* dirty pages when that thread was last told */
+  uint64_t slab_bytes_released; /* slab bytes given to the extents (elock; read relaxed) */
   bin_t bins[SZ_NSMALL + 1];
   /* stats (issue 7), under elock: per large class, purge passes and madvise calls */
   uint64_t lext_nmalloc[SZ_NCLASSES - SZ_NSMALL], lext_ndalloc[SZ_NCLASSES - SZ_NSMALL];

@@ -94,12 +94,24 @@ static void bitmap_init(uint64_t *bm, const bin_info_t *bi, uint32_t nregs) {
  * threads spread over every arena, each arena's bins holding a current slab of every class
  * its threads use with a few regions taken: new slabs of ordinary arenas then take the
  * crowded geometry (a page for the classes up to 128 B instead of 64 KiB, as jemalloc's).
- * docs/design.md, "Many threads, eighth session". */
-static inline size_t slab_size_for(const arena_t *a, const bin_info_t *bi) {
+ * docs/design.md, "Many threads, eighth session".
+ * A bin that has made SLAB_BIG_AFTER slabs in a row with none of its class freed, to it or
+ * to the filling thread's cache (cfrees: that cache's ndalloc of the class), while its
+ * arena gave back at least half as many slab bytes, is one class's memory passing to
+ * another (wl_halffree: a class retired, the next filled): its next slabs take the busy
+ * geometry, k usual slabs in one, and so k times fewer round trips through the extents. A bin that only grows, or
+ * whose class is freed as it grows (wl_drift's rising types, whose long-lived objects
+ * would pin the bigger slabs), keeps the usual one. docs/design.md, "Half-free loop, ninth
+ * session". */
+static inline size_t slab_size_for(const arena_t *a, const bin_t *bin, const bin_info_t *bi, uint64_t cfrees) {
   if (bi->slab_size_crowd != bi->slab_size && !a->user &&
       (__atomic_load_n(&tcache_nlive, __ATOMIC_RELAXED) > tcache_crowd_nlive ||
        __atomic_load_n(&tcache_nthreads_seen, __ATOMIC_RELAXED) > tcache_crowd_nlive))
     return bi->slab_size_crowd;
+  if (bin->grow_run >= SLAB_BIG_AFTER && bin->ndalloc == bin->grow_mark &&
+      cfrees == bin->grow_cmark &&
+      (__atomic_load_n(&a->slab_bytes_released, __ATOMIC_RELAXED) - bin->grow_rel) * 2 >= bin->grow_bytes)
+    return bi->slab_size_big;
   return bi->slab_size;
 }
 
@@ -107,6 +119,9 @@ static inline size_t slab_size_for(const arena_t *a, const bin_info_t *bi) {
  * extent hooks drops the bin lock around it, as jemalloc allocates slabs: the alloc hook
  * may be slow. A reset meanwhile (gen moved) took the new slab already: NULL then. */
 static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
+  /* The calling thread's cache's frees of the class (its fast path counts them), read
+   * here rather than passed down the fill path: slab_size_for's growth run. */
+  uint64_t cfrees = ind < TCACHE_NBINS_MAX ? strata_tsd.tcache->bins[ind].ndalloc : 0;
   const bin_info_t *bi = &bin_info[ind];
   void *bmp = bin->bm_spare;
   bin->bm_spare = NULL;
@@ -114,9 +129,10 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   uint64_t *bm = bmp;
   bool hooked = arena_hooks(a) != NULL;
   uint64_t gen = __atomic_load_n(&a->gen, __ATOMIC_ACQUIRE);
+  size_t ssize = slab_size_for(a, bin, bi, cfrees); /* reads the growth run: bin lock held */
   if (hooked) mtx_unlock(&bin->lock);
   mtx_lock(&a->elock);
-  edata_t *s = extent_alloc(a, slab_size_for(a, bi), os_page);
+  edata_t *s = extent_alloc(a, ssize, os_page);
   if (s) {
     s->slab = 1;
     s->szind = (uint16_t)ind;
@@ -141,6 +157,15 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   bitmap_init(bm, bi, nregs);
   s->nfree = (uint16_t)nregs;
   s->bm_hint = 0;
+  if (bin->grow_run == 0 || bin->ndalloc != bin->grow_mark || cfrees != bin->grow_cmark) {
+    bin->grow_mark = bin->ndalloc;
+    bin->grow_cmark = cfrees;
+    bin->grow_rel = __atomic_load_n(&a->slab_bytes_released, __ATOMIC_RELAXED);
+    bin->grow_run = 0;
+    bin->grow_bytes = 0;
+  }
+  bin->grow_run++;
+  bin->grow_bytes += s->size;
   bin->curslabs++;
   if (bin->nslabs++ == 0) __atomic_fetch_or(&a->bins_used, (uint64_t)1 << ind, __ATOMIC_RELEASE);
   return s;
@@ -156,6 +181,7 @@ static void slab_release(arena_t *a, bin_t *bin, edata_t *s) {
   s->bitmap = NULL;
   bin->curslabs--;
   mtx_lock(&a->elock);
+  __atomic_store_n(&a->slab_bytes_released, a->slab_bytes_released + s->size, __ATOMIC_RELAXED);
   extent_deregister_interior(s);
   extent_dalloc(a, s);
   mtx_unlock(&a->elock);
@@ -231,7 +257,7 @@ unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, un
       next_slab = true;
       if (s == NULL) break;
     }
-    sassert(s->slab && s->szind == ind && s->nfree <= bi->nregs);
+    sassert(s->slab && s->szind == ind && s->nfree <= slab_nregs(s, bi));
     unsigned take = n - got < s->nfree ? n - got : s->nfree;
     s->nfree -= take;
     got += take;
@@ -243,6 +269,18 @@ unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, un
       while (bm[w] == 0) w++;
       uint64_t word = bm[w];
       uintptr_t wbase = s->addr + (size_t)w * 64 * size;
+      if (((word + (word & -word)) & word) == 0) {
+        /* The free bits form one run (a new slab's words, or the rest of one a fill
+         * stopped in): its regions by address, no bit scan and no multiply each. */
+        uintptr_t r = wbase + (size_t)__builtin_ctzll(word) * size;
+        do {
+          FILL_APPEND(r);
+          r += size;
+          word &= word - 1;
+        } while (--take && word);
+        bm[w] = word;
+        continue;
+      }
       do {
         void *r = (void *)(wbase + (size_t)__builtin_ctzll(word) * size);
         word &= word - 1;

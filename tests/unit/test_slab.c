@@ -486,6 +486,77 @@ static void test_statistics_refresh_leaves_zero_pages_of_a_record_untouched(void
   CHECK(grew * 1024 < (long)sizeof(ctl_arena_stats_t) / 2);
 }
 
+/* Busy bins take the big geometry (docs/design.md, "Half-free loop, ninth session"): a bin
+ * that makes SLAB_BIG_AFTER slabs in a row with no region freed to it, while its arena
+ * gives back at least half as many slab bytes (one class's memory moving to another, the
+ * half-free loop), makes its next slabs slab_size_big; a bin that only grows keeps the
+ * usual size, and so does one that was freed to. Big slabs count their own regions: they
+ * go back to the extents when all are free, and a double free in one is caught. */
+static void test_busy_bin_takes_big_slabs(void) {
+  szind_t ind = sz_size2index(4096), old = sz_size2index(3072), grow = sz_size2index(2048);
+  const bin_info_t *bi = &bin_info[ind];
+  CHECK(bi->slab_size_big > bi->slab_size && bi->slab_size_big % bi->slab_size == 0);
+  CHECK_EQ(bi->nregs_big, bi->slab_size_big / bi->size);
+  CHECK(bi->nregs_big <= slab_bitmap_block(ind) * 8);
+  CHECK_EQ(bin_info[sz_size2index(8192)].slab_size_big, bin_info[sz_size2index(8192)].slab_size);
+  enum { NB = 4 * SLAB_BIG_AFTER * 16 };
+  static void *buf[NB], *olds[NB], *grows[NB];
+  /* A bin that only grows (no slabs come back): usual slabs. */
+  unsigned ng = (SLAB_BIG_AFTER + 8) * bin_info[grow].nregs;
+  CHECK(ng <= NB);
+  bin_release_spare(a, grow);
+  edata_t *cur0 = a->bins[grow].cur; /* an earlier test's slab: regions may come from it first */
+  CHECK_EQ(bin_fill(a, grow, grows, ng), ng);
+  for (unsigned i = 0; i < ng; i++)
+    if (slab_of(grows[i]) != cur0) CHECK_EQ(slab_of(grows[i])->size, bin_info[grow].slab_size);
+  /* One class's slabs go back while another's bin grows: big slabs after SLAB_BIG_AFTER. */
+  unsigned per = bi->nregs, nold = NB;
+  CHECK_EQ(bin_fill(a, old, olds, nold), nold);
+  unsigned n = 0, k = 0, nbig = 0;
+  while (n + per <= NB && k + bin_info[old].nregs <= nold) {
+    CHECK_EQ(bin_fill(a, ind, buf + n, per), per);
+    n += per;
+    bin_dalloc_batch(a, old, olds + k, bin_info[old].nregs);
+    k += bin_info[old].nregs;
+  }
+  for (unsigned i = 0; i < n; i++) {
+    edata_t *s = slab_of(buf[i]);
+    CHECK(s != NULL && (s->size == bi->slab_size || s->size == bi->slab_size_big));
+    if (s->size == bi->slab_size_big) {
+      nbig++;
+      CHECK(((uintptr_t)buf[i] - s->addr) % bi->size == 0);
+      CHECK_EQ(slab_nregs(s, bi), bi->nregs_big);
+      CHECK_EQ(slab_used(s, bi), bi->used_big);
+    }
+  }
+  CHECK(nbig >= n / 2);
+  /* A double free into a big slab stops the flush walk there. */
+  edata_t *bs = slab_of(buf[n - 1]);
+  CHECK(bs->size == bi->slab_size_big && slab_of(buf[n - 2]) == bs && slab_of(buf[n - 3]) == bs);
+  void *p = chain_of(buf + n - 2, 1);
+  CHECK_EQ(flush_local(a, ind, &p, 1), 1);
+  void *twice[2] = {buf[n - 3], buf[n - 2]};
+  p = chain_of(twice, 2);
+  CHECK_EQ(flush_local(a, ind, &p, 2), 1);
+  CHECK(p == buf[n - 2]);
+  CHECK(bs->bitmap != NULL);
+  LINK_SET(buf[n - 1], NULL);
+  p = buf[n - 1];
+  CHECK_EQ(flush_local(a, ind, &p, 1), 1);
+  /* Every region back: big slabs leave the bin like usual ones. */
+  bin_dalloc_batch(a, ind, buf, n - 3);
+  CHECK_EQ(a->bins[ind].curregs, 0);
+  CHECK(a->bins[ind].curslabs <= 2);
+  /* A free into the bin restarts the run: its next slab is a usual one. */
+  bin_release_spare(a, ind);
+  CHECK_EQ(bin_fill(a, ind, buf, bi->nregs_big + 1), bi->nregs_big + 1);
+  edata_t *last = slab_of(buf[bi->nregs_big]);
+  CHECK(last != NULL && last->size == bi->slab_size);
+  bin_dalloc_batch(a, ind, buf, bi->nregs_big + 1);
+  bin_dalloc_batch(a, old, olds + k, nold - k);
+  bin_dalloc_batch(a, grow, grows, ng);
+}
+
 int main(void) {
   if (strata_init()) return 1;
   printf("unit: slab\n");
@@ -501,5 +572,6 @@ int main(void) {
   RUN(test_statistics_refresh_leaves_zero_pages_of_a_record_untouched);
   RUN(test_concurrent_frees_into_full_slabs);
   RUN(test_new_arena_leaves_unused_bins_untouched);
+  RUN(test_busy_bin_takes_big_slabs);
   UNIT_EXIT();
 }
