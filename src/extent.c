@@ -350,7 +350,7 @@ static bool extent_grow(arena_t *a, size_t need) {
   bool zero = true, commit = true;
   void *p;
   if (h == NULL) {
-    p = os_map(size, size >= GROW_MIN ? GROW_MIN : os_page);
+    p = a->huge ? os_map(size, size >= GROW_MIN ? GROW_MIN : os_page) : os_chunk_map(size, GROW_MIN);
   } else {
     zero = commit = false; /* as jemalloc asks: take what the hook has */
     mtx_unlock(&a->elock);
