@@ -275,20 +275,23 @@ void os_unmap(void *addr, size_t size) { munmap(addr, size); }
  * the CPUs went to threads that had not started yet: each such round ran most of the 100
  * threads at once, with a peak RSS of 30-40 MiB instead of 15-20 (docs/design.md, "Many
  * threads, ninth session"). A reservation is one mapping, aligned to `align`, that
- * serves the arenas' chunks in turn: the first is one chunk per arena (4 to 32), each next one
- * twice the last (at most CHUNK_RESV_MAX), so a heap of any size makes a few mappings
- * in all. Untouched reserved pages cost address space only (MAP_NORESERVE), and what a
- * new reservation replaces is unmapped. Sizes are multiples of `align`; larger requests
- * than a reservation would be are mapped alone. meta_lock guards it (taken under an
- * elock, as the metadata's own bump allocator is; the lock order has elocks first). */
+ * serves the arenas' chunks in turn: the first is one chunk per arena (4 to 32), each
+ * next one twice the last (at most CHUNK_RESV_MAX), so a heap of any size makes a few
+ * mappings in all. Chunks are carved from the top down, as the kernel places new
+ * mappings: each newer chunk lies below the older ones, so an arena's
+ * lowest-address-first fit prefers its newest chunk as before. Untouched reserved pages
+ * cost address space only (MAP_NORESERVE), and the unused part of a reservation that
+ * gives way is unmapped. Sizes are multiples of `align`; larger requests than a
+ * reservation would be are mapped alone. meta_lock guards it (taken under an elock, as
+ * the metadata's own bump allocator is; the lock order has elocks first). */
 #define CHUNK_RESV_MAX ((size_t)1 << 30)
-static uintptr_t chunk_next, chunk_end; /* meta_lock */
+static uintptr_t chunk_base, chunk_end; /* meta_lock: the unused part of the reservation */
 static size_t chunk_resv_last;          /* meta_lock: the size of the last reservation */
 uint64_t os_chunk_nresv;                /* atomic: reservations made (unit tests) */
 
 void *os_chunk_map(size_t size, size_t align) {
   mtx_lock(&meta_lock);
-  if (chunk_end - chunk_next < size) {
+  if (chunk_end - chunk_base < size) {
     size_t r = chunk_resv_last ? chunk_resv_last * 2 : (size_t)narenas * align;
     if (r < 4 * align) r = 4 * align;
     if (!chunk_resv_last && r > 32 * align) r = 32 * align;
@@ -299,14 +302,14 @@ void *os_chunk_map(size_t size, size_t align) {
       mtx_unlock(&meta_lock);
       return os_map(size, align);
     }
-    if (chunk_end != chunk_next) munmap((void *)chunk_next, chunk_end - chunk_next);
-    chunk_next = (uintptr_t)p;
+    if (chunk_end != chunk_base) munmap((void *)chunk_base, chunk_end - chunk_base);
+    chunk_base = (uintptr_t)p;
     chunk_end = (uintptr_t)p + r;
     chunk_resv_last = r;
     __atomic_fetch_add(&os_chunk_nresv, 1, __ATOMIC_RELAXED);
   }
-  void *p = (void *)chunk_next;
-  chunk_next += size;
+  chunk_end -= size;
+  void *p = (void *)chunk_end; /* read under the lock: another arena may carve next */
   mtx_unlock(&meta_lock);
   return p;
 }
