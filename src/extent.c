@@ -350,7 +350,10 @@ static bool extent_grow(arena_t *a, size_t need) {
   bool zero = true, commit = true;
   void *p;
   if (h == NULL) {
-    p = os_map(size, size >= GROW_MIN ? GROW_MIN : os_page);
+    /* Shared reservations once a second ordinary arena exists (threads); a one-arena heap
+     * maps its chunks alone, each placed by the kernel below the last, as before. */
+    bool shared = !a->huge && narenas > 1 && __atomic_load_n(&arenas[1], __ATOMIC_ACQUIRE) != NULL;
+    p = shared ? os_chunk_map(size, GROW_MIN) : os_map(size, size >= GROW_MIN ? GROW_MIN : os_page);
   } else {
     zero = commit = false; /* as jemalloc asks: take what the hook has */
     mtx_unlock(&a->elock);

@@ -65,6 +65,9 @@ HIDDEN extern uint64_t os_mem_limit; /* cgroup memory.max in bytes, 0 if none */
 HIDDEN void os_init(void);
 HIDDEN void *os_map(size_t size, size_t align); /* NULL on failure; zeroed */
 HIDDEN void os_unmap(void *addr, size_t size);
+/* Arena chunks (extent_grow) from shared reservations: size a multiple of align. */
+HIDDEN void *os_chunk_map(size_t size, size_t align);
+HIDDEN extern uint64_t os_chunk_nresv; /* reservations made */
 HIDDEN void os_purge(void *addr, size_t size); /* MADV_DONTNEED: contents become zero */
 /* MADV_FREE: the kernel takes the pages when it needs them (contents zero or kept);
  * falls back to os_purge on kernels without it. */

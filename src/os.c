@@ -264,6 +264,56 @@ void *os_map(size_t size, size_t align) {
 
 void os_unmap(void *addr, size_t size) { munmap(addr, size); }
 
+/* Address space for the arenas' retained memory (extent_grow), carved from shared
+ * reservations (issue 10, s9-native). Each arena used to map its own chunks (2 MiB, then
+ * doubling), three system calls each with the alignment trims, and every arena makes its
+ * first ones when threads first use it: a crowded program's threads released at once
+ * (wl_nativethreads: 100 on 2 CPUs) made 8 arenas map at the same instant. Each mmap and
+ * munmap holds the process's mmap_lock for writing and write-locks the heap's VMA as it
+ * merges, so the other threads' page faults and madvise calls slept behind it while
+ * holding a bin or extent lock, every thread of that arena then slept on the lock, and
+ * the CPUs went to threads that had not started yet: each such round ran most of the 100
+ * threads at once, with a peak RSS of 30-40 MiB instead of 15-20 (docs/design.md, "Many
+ * threads, ninth session"). A reservation is one mapping, aligned to `align`, that
+ * serves the arenas' chunks in turn: the first is one chunk per arena (4 to 32), each
+ * next one twice the last (at most CHUNK_RESV_MAX), so a heap of any size makes a few
+ * mappings in all. Chunks are carved from the top down, as the kernel places new
+ * mappings: each newer chunk lies below the older ones, so an arena's
+ * lowest-address-first fit prefers its newest chunk as before. Untouched reserved pages
+ * cost address space only (MAP_NORESERVE), and the unused part of a reservation that
+ * gives way is unmapped. Sizes are multiples of `align`; larger requests than a
+ * reservation would be are mapped alone. meta_lock guards it (taken under an elock, as
+ * the metadata's own bump allocator is; the lock order has elocks first). */
+#define CHUNK_RESV_MAX ((size_t)1 << 30)
+static uintptr_t chunk_base, chunk_end; /* meta_lock: the unused part of the reservation */
+static size_t chunk_resv_last;          /* meta_lock: the size of the last reservation */
+uint64_t os_chunk_nresv;                /* atomic: reservations made (unit tests) */
+
+void *os_chunk_map(size_t size, size_t align) {
+  mtx_lock(&meta_lock);
+  if (chunk_end - chunk_base < size) {
+    size_t r = chunk_resv_last ? chunk_resv_last * 2 : (size_t)narenas * align;
+    if (r < 4 * align) r = 4 * align;
+    if (!chunk_resv_last && r > 32 * align) r = 32 * align;
+    if (r > CHUNK_RESV_MAX) r = CHUNK_RESV_MAX;
+    while (r < 4 * size && r < CHUNK_RESV_MAX) r *= 2;
+    char *p = size <= r / 4 ? os_map(r, align) : NULL;
+    if (p == NULL) { /* too large for a reservation, or no room for one: this chunk alone */
+      mtx_unlock(&meta_lock);
+      return os_map(size, align);
+    }
+    if (chunk_end != chunk_base) munmap((void *)chunk_base, chunk_end - chunk_base);
+    chunk_base = (uintptr_t)p;
+    chunk_end = (uintptr_t)p + r;
+    chunk_resv_last = r;
+    __atomic_fetch_add(&os_chunk_nresv, 1, __ATOMIC_RELAXED);
+  }
+  chunk_end -= size;
+  void *p = (void *)chunk_end; /* read under the lock: another arena may carve next */
+  mtx_unlock(&meta_lock);
+  return p;
+}
+
 void os_purge(void *addr, size_t size) { madvise(addr, size, MADV_DONTNEED); }
 
 #ifndef MADV_FREE

@@ -768,12 +768,62 @@ static void test_extent_lock_excludes_under_contention(void) {
   lock_stress(ar, 8, 64);
 }
 
+/* The ordinary arenas' chunks come from shared reservations (os_chunk_map; issue 10,
+ * s9-native): every arena growing in turn makes one or two mappings in all, not one (and
+ * its alignment trims) per arena, and each chunk is usable memory of its own. */
+static void test_arenas_grow_from_shared_reservations(void) {
+  enum { MAXA = 64 };
+  unsigned n = narenas < MAXA ? narenas : MAXA;
+  size_t free_np = 0;
+  for (unsigned i = 0; i < n; i++) {
+    arena_t *o = arena_get(i);
+    CHECK(o != NULL);
+    if (o == NULL) return;
+    mtx_lock(&o->elock);
+    size_t np = o->dirty.npages + o->muzzy.npages + o->retained.npages;
+    mtx_unlock(&o->elock);
+    if (np > free_np) free_np = np;
+  }
+  /* More pages than any arena holds free: no set of its own, nor another's, fits. */
+  size_t size = (free_np + 1) * os_page;
+  uint64_t r0 = __atomic_load_n(&os_chunk_nresv, __ATOMIC_RELAXED);
+  edata_t *e[MAXA];
+  for (unsigned i = 0; i < n; i++) {
+    arena_t *o = arena_get(i);
+    mtx_lock(&o->elock);
+    size_t mapped = o->mapped;
+    e[i] = extent_alloc(o, size, os_page);
+    CHECK(o->mapped > mapped); /* it grew */
+    mtx_unlock(&o->elock);
+    CHECK(e[i] != NULL);
+    if (e[i] == NULL) return;
+    char *p = (char *)e[i]->addr;
+    CHECK(p[0] == 0 && p[size - 1] == 0); /* fresh pages */
+    p[0] = p[size - 1] = (char)(i + 1);
+  }
+  uint64_t made = __atomic_load_n(&os_chunk_nresv, __ATOMIC_RELAXED) - r0;
+  CHECK(made <= 2 && made < n);
+  for (unsigned i = 0; i < n; i++) {
+    CHECK(((char *)e[i]->addr)[0] == (char)(i + 1));
+    for (unsigned j = 0; j < i; j++) /* disjoint */
+      CHECK(e[i]->addr + size <= e[j]->addr || e[j]->addr + size <= e[i]->addr);
+  }
+  for (unsigned i = 0; i < n; i++) {
+    arena_t *o = arena_get(i);
+    mtx_lock(&o->elock);
+    extent_dalloc(o, e[i]);
+    extent_purge(o, ES_DIRTY, 0, false);
+    mtx_unlock(&o->elock);
+  }
+}
+
 int main(void) {
   if (strata_init()) return 1;
   /* An arena no thread is bound to: this thread's own allocations (stdio) stay out of it. */
   printf("unit: extent\n");
   a = arena_get(narenas - 1);
   RUN(test_rtree_unknown_addresses_read_zero);
+  RUN(test_arenas_grow_from_shared_reservations); /* first: the arenas hold little yet */
   RUN(test_alloc_registers_first_and_last);
   RUN(test_neighbours_coalesce_when_freed);
   RUN(test_aligned_alloc_splits_lead_and_trail);
