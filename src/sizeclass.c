@@ -131,12 +131,16 @@ void sz_init(void) {
     bi->used_crowd = (uint64_t)bi->nregs_crowd * size;
     bi->pow2 = (size & (size - 1)) == 0 && size <= os_page;
     /* The busy geometry: one pool serves every geometry of a class, so the bitmap block
-     * of the usual one bounds k (classes of up to 64 regions: 16-byte blocks hold 128). */
-    size_t k = SLAB_BIG_MAX / best, kb = slab_bitmap_block(i) * 8 / bi->nregs;
-    if (kb < k) k = kb;
-    if (k < 2 || size > SLAB_BIG_CLASS_MAX) k = 1;
+     * of the usual one bounds k (classes of up to 64 regions: 16-byte blocks hold 128).
+     * Its regions are as many as fit (k usual slabs' tails can hold one: 448 B, 896 B),
+     * so that its tail, like every geometry's, is shorter than a region: slab_last then
+     * bounds the region starts exactly, and a free into the tail is caught. */
+    size_t k = SLAB_BIG_MAX / best, bits = slab_bitmap_block(i) * 8;
+    if (size > SLAB_BIG_CLASS_MAX) k = 1;
+    while (k > 1 && best * k / size > bits) k--;
+    if (k < 2) k = 1;
     bi->slab_size_big = best * k;
-    bi->nregs_big = bi->nregs * (uint32_t)k;
+    bi->nregs_big = (uint32_t)(bi->slab_size_big / size);
     bi->used_big = (uint64_t)bi->nregs_big * size;
     bi->bm_words = (bi->nregs_big + 63) / 64;
   }

@@ -486,6 +486,27 @@ static void test_statistics_refresh_leaves_zero_pages_of_a_record_untouched(void
   CHECK(grew * 1024 < (long)sizeof(ctl_arena_stats_t) / 2);
 }
 
+/* Every geometry of every class (usual, crowded, busy) holds as many regions as fit, its
+ * bits within the class's bitmap block: its tail is shorter than a region, so slab_last
+ * (the slab's size less one region) bounds the region starts exactly and a pointer into
+ * the tail is never taken for a region (the busy geometry of 448 B and 896 B once left a
+ * whole region's room in its tail). */
+static void test_every_geometry_has_a_tail_shorter_than_a_region(void) {
+  for (szind_t i = 1; i <= SZ_NSMALL; i++) {
+    const bin_info_t *bi = &bin_info[i];
+    size_t bits = slab_bitmap_block(i) * 8;
+    const size_t sizes[3] = {bi->slab_size, bi->slab_size_crowd, bi->slab_size_big};
+    const uint32_t nregs[3] = {bi->nregs, bi->nregs_crowd, bi->nregs_big};
+    for (int g = 0; g < 3; g++) {
+      CHECK(sizes[g] % os_page == 0 && nregs[g] >= 1);
+      CHECK((uint64_t)nregs[g] * bi->size <= sizes[g]);
+      CHECK(sizes[g] - (uint64_t)nregs[g] * bi->size < bi->size); /* no region's room left */
+      CHECK(nregs[g] <= bits && nregs[g] <= (uint32_t)bi->bm_words * 64);
+    }
+    CHECK_EQ(bi->used_big, (uint64_t)bi->nregs_big * bi->size);
+  }
+}
+
 /* Busy bins take the big geometry (docs/design.md, "Half-free loop, ninth session"): a bin
  * that makes SLAB_BIG_AFTER slabs in a row with no region freed to it, while its arena
  * gives back at least half as many slab bytes (one class's memory moving to another, the
@@ -572,6 +593,7 @@ int main(void) {
   RUN(test_statistics_refresh_leaves_zero_pages_of_a_record_untouched);
   RUN(test_concurrent_frees_into_full_slabs);
   RUN(test_new_arena_leaves_unused_bins_untouched);
+  RUN(test_every_geometry_has_a_tail_shorter_than_a_region);
   RUN(test_busy_bin_takes_big_slabs);
   UNIT_EXIT();
 }
