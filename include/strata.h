@@ -44,7 +44,7 @@ extern "C" {
 
 /* ---- Extent hooks: a per-arena page source, jemalloc 5.3's extent_hooks_t exactly
  * (arenas.create, arena.<i>.extent_hooks). Every function returns false on success;
- * a NULL member means "not supported". See docs/design.md, "User arenas". */
+ * a NULL member means "not supported". See docs/design.md, "Arenas". */
 #include <stdbool.h>
 typedef struct extent_hooks_s extent_hooks_t;
 /* Pages for arena_ind, aligned to alignment; *zero and *commit: in, required; out, what

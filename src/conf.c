@@ -17,7 +17,7 @@ opt_t opt = {
     .tcache_max = (size_t)32 << 10, /* jemalloc's default */
     .oversize_threshold = (size_t)8 << 20,
     .retain = true,
-    .arena_spread = false, /* off: a thread per arena up to narenas, as jemalloc (docs/design.md) */
+    .arena_spread = false, /* off: a thread per arena up to narenas, as jemalloc (docs/design.md, "Arenas") */
     .junk = JUNK_NONE,
     .zero = false,
     .abort = false,
@@ -249,7 +249,7 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
         problems++;
       }
     } else if (key_is(k, klen, "stats_print_opts") || key_is(k, klen, "stats_file")) {
-      /* statistics output (issue 7): strings kept in fixed buffers */
+      /* statistics output: strings kept in fixed buffers */
       bool file = key_is(k, klen, "stats_file");
       char *dst = file ? o->stats_file : o->stats_print_opts;
       size_t cap = file ? sizeof(o->stats_file) : sizeof(o->stats_print_opts);

@@ -22,7 +22,7 @@ static void mutex_read(const mtx_t *m, ctl_mutex_stats_t *o) {
 /* Snapshot records are 19 KiB, mostly zeros (bins never used, extent buckets never filled):
  * clearing and summing them store only words that change, so that their pages a program's
  * statistics reads never need (Redis's cron) stay untouched, as in .bss or fresh metadata
- * (s5-redisrss). */
+ * (docs/design.md, "Introspection"). */
 static void snap_zero(void *p, size_t bytes) { /* bytes: a multiple of 8 (the records' alignment) */
   unsigned char *c = p;
   for (size_t i = 0; i + 8 <= bytes; i += 8) {

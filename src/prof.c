@@ -15,7 +15,7 @@
  * (prof_alloc in ialloc, prof_take elsewhere). Frees are prof:false's: LIFO onto the same bins, so a block freed now is
  * the next one malloc gets (an earlier design reserved cached bytes against per-class
  * countdowns and kept frees in separate stash bins, which cost the cache misses of FIFO-like
- * reuse; docs/design.md). A sampled small block is served from a page extent of its own
+ * reuse; docs/design.md, "Profiling"). A sampled small block is served from a page extent of its own
  * (alloc.c, prof_promote: jemalloc's promotion), whose page-map class 0 sends its free to the
  * slow path, which finds it in the live set; slab granules are never marked, so the small
  * fast paths never meet a sampled block. Only where no page can be had is a sample kept in

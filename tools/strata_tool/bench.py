@@ -25,7 +25,7 @@ SCHEMA = "strata-bench/1"
 DEFAULT_TIMEOUT = {"tiny": 60.0, "default": 180.0, "full": 900.0}
 # Seconds after which no further round starts (round 1 always completes): the default
 # run is meant to take about 3 minutes on 2 cores; --full runs every round.
-# issue 12: +150 s for the experiments' first round (about 2.5 minutes on a quiet
+# +150 s for the experiments' first round (about 2.5 minutes on a quiet
 # 2-core machine), so the core workloads keep the later rounds they had.
 DEFAULT_BUDGET = {"default": 330.0}
 OK_STDERR_TAIL = 600      # characters of stderr kept for a successful run

@@ -1,4 +1,4 @@
-"""The jemalloc literature's experiments in `strata bench` (issue 12): their suite
+"""The jemalloc literature's experiments in `strata bench`: their suite
 entries, how each is run (exp_redis, exp_nginx, exp_jvm; wl_drift is an ordinary
 workload binary), and their report sections - one table per experiment with the
 median and the spread (min-max) of its rounds, ratios against the other allocators of
@@ -18,7 +18,7 @@ from typing import Callable, Mapping
 from . import exp_jvm, exp_nginx, exp_redis, plots, redis_bench, stats
 from .workloads import EXPERIMENTS
 
-# Kept out of the headline geomeans. wl_halffree (issue 10's workload) is not: it is an
+# Kept out of the headline geomeans. wl_halffree (a timed pattern) is not: it is an
 # ordinary timed workload that only gets an extra section here.
 NAMES = {w.name for w in EXPERIMENTS}
 

@@ -73,7 +73,7 @@ SUITE: tuple[Workload, ...] = (
              "every 50 ms",
              {"tiny": 1, "default": 1, "full": 3}, _est(1.1, 16.4, 16.4),
              timed=False, series=True),
-    # Issue 10's patterns, where a peer once led: small default presets (about 0.2-1 s
+    # Seven patterns where a peer once led: small default presets (about 0.2-1 s
     # per run) and one round in the default mode, so the default run stays near its
     # length; --full runs full sizes and 5 rounds, --rounds N any number.
     Workload("wl_bulk", "binary",
@@ -111,7 +111,7 @@ SUITE: tuple[Workload, ...] = (
 
 BY_NAME = {w.name: w for w in SUITE}
 
-# issue 12: the jemalloc literature's experiments (run and reported by experiments.py);
+# The jemalloc literature's experiments (run and reported by experiments.py);
 # kept out of the headline geomeans (timed=False, and experiments.core_only).
 EXPERIMENTS: tuple[Workload, ...] = (
     Workload("wl_drift", "binary",
