@@ -1,8 +1,8 @@
 /*
  * tcache.c - per-thread caches: for each class up to tcache_max, a bounded LIFO of free
  * regions (an intrusive list) that the inline fast paths pop and push. Misses fill in
- * one batch under the bin lock (a fill that grows from 32 KiB's worth to half the bin
- * while the class keeps missing); overflows flush half: a batch that belongs to
+ * one batch under the bin lock (above 320 B a fill grows from 4 KiB's worth to half the
+ * bin while the class keeps missing); overflows flush half: a batch that belongs to
  * one other arena goes to that bin's remote list as a chain, anything else back to the
  * bitmaps grouped by owning arena, one lock per batch, never one per object. An
  * incremental GC flushes bins a thread stopped using, and empties them while all
