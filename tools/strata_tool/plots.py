@@ -11,8 +11,21 @@ from typing import Mapping
 
 from . import analyze
 
-COLORS = {"glibc": "#7f7f7f", "jemalloc": "#1f77b4", "tcmalloc": "#2ca02c",
-          "mimalloc": "#ff7f0e", "strata": "#d62728"}
+class _Colors(dict):
+    """The built-in allocators' colours; a peer given by path (name=PATH) gets the next
+    unused one of EXTRA, the same for the whole report."""
+    EXTRA = ("#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#393b79", "#637939")
+
+    def get(self, key, default=None):
+        if key not in self:
+            used = set(self.values())
+            free = [c for c in self.EXTRA if c not in used]
+            self[key] = free[0] if free else default
+        return self[key]
+
+
+COLORS = _Colors({"glibc": "#7f7f7f", "jemalloc": "#1f77b4", "tcmalloc": "#2ca02c",
+                  "mimalloc": "#ff7f0e", "strata": "#d62728"})
 INSTALL_LINE = ("plots skipped: matplotlib is not installed "
                 "(python3 -m pip install matplotlib, or run scripts/install-deps.sh)")
 

@@ -2,7 +2,9 @@
 once, then every workload again), allocators the inner one (A B C D E, A B C D E), so
 repeated runs of one pair are spread over the whole session and slow drift on a shared
 machine hits every allocator alike. Round 1 always runs; with a time budget, a later
-round keeps only the workloads whose measured round cost still fits, cheapest first.
+round keeps only the workloads whose remaining rounds still fit in what is left of it,
+cheapest first, so the fast workloads get all their rounds (a median and a spread)
+before a slow one gets a second sample.
 """
 
 from __future__ import annotations
@@ -40,15 +42,20 @@ class Schedule:
 
     def plan_round(self, rnd: int, elapsed_s: float) -> list[Workload]:
         """Workloads to run in round `rnd`, in suite order. Round 1: all. Later rounds:
-        those with rounds left; under a budget, the cheapest that fit in what is left
-        of it. A workload left out stops there (its rounds stay contiguous)."""
+        those with rounds left; under a budget, cheapest first, those whose remaining
+        rounds (this one to their last) all fit in what is left of it. A workload left
+        out stops there (its rounds stay contiguous)."""
         todo = [w for w in self.workloads if self.max_rounds[w.name] >= rnd]
         if rnd == 1 or self.budget_s is None:
             return todo
         left = self.budget_s - elapsed_s
         keep: set[str] = set()
-        for w in sorted(todo, key=self.round_cost):
-            c = self.round_cost(w)
+
+        def rest(w: Workload) -> float:
+            return self.round_cost(w) * (self.max_rounds[w.name] - rnd + 1)
+
+        for w in sorted(todo, key=lambda w: (rest(w), w.name)):
+            c = rest(w)
             if c <= left:
                 keep.add(w.name)
                 left -= c
