@@ -32,7 +32,7 @@ def build_parser() -> Parser:
                       "watch`, `prof record` and `prof leaks` exit with the program's status "
                       "(126/127 when it cannot be started). `strata COMMAND --help` for each.")
     p.add_argument("--version", action="version", version=f"strata_tool {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", help="one of:")
     for name, mod, help_ in SUBCOMMANDS:
         sp = sub.add_parser(name, help=help_, description=help_)
         mod.add_arguments(sp)

@@ -541,7 +541,7 @@ def cmd_leaks(args) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="prof_command", metavar="ACTION")
+    sub = p.add_subparsers(dest="prof_command", metavar="ACTION", help="the action")
     r = sub.add_parser("record", help="run CMD with profiling on and collect its dumps",
                        description="Run CMD with strata's heap profiler on; print the dumps it "
                                    "wrote (a final one at exit). Exits with CMD's status.")

@@ -201,7 +201,7 @@ def watch(args) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="stats_command", metavar="show|diff|watch")
+    sub = p.add_subparsers(dest="stats_command", metavar="show|diff|watch", help="the action")
     s = sub.add_parser("show", help="summary of a JSON dump or a .prom file",
                        description="Summary of one statistics file: a malloc_stats_print "
                                    "JSON dump (stats_print_opts J) or a Prometheus text file "
