@@ -185,6 +185,7 @@ def main(args: argparse.Namespace) -> int:
         "allocators": {a.name: a.to_json() for a in allocs},
         "workloads": {w.name: {"kind": w.kind, "description": w.description,
                                "timed": w.timed, "series": w.series,
+                               "series_x": w.series_x,
                                "binary": str(w.binary(build)) if w.kind == "binary" else None}
                       for w, _ in plan},
         "skipped_workloads": skipped,

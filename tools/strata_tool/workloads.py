@@ -21,6 +21,9 @@ class Workload:
     est_s: dict = field(default_factory=dict)    # preset -> prior seconds per run
     timed: bool = True        # its time enters the time geomean (not for a timed sampler)
     series: bool = False      # RESULT carries rss_series (RSS-over-time plot)
+    # The series' x axis: "time" (sampled on a clock) or "progress" (sampled at fixed
+    # points of the work, the same under every allocator).
+    series_x: str = "time"
 
     def binary(self, build_dir: Path) -> Path:
         return build_dir / "bench" / self.name
@@ -64,7 +67,7 @@ SUITE: tuple[Workload, ...] = (
     Workload("wl_frag", "binary",
              "long-run fragmentation: rounds of shrinking sizes freeing every other "
              "block; RSS against live bytes",
-             _STD_ROUNDS, _est(0.1, 1.4), series=True),
+             _STD_ROUNDS, _est(0.1, 1.4), series=True, series_x="progress"),
     Workload("wl_pareto", "binary",
              "Pareto-distributed sizes (16 B..1 MiB) with generations of threads "
              "inheriting each other's blocks",
@@ -121,7 +124,7 @@ EXPERIMENTS: tuple[Workload, ...] = (
              "types appear and die out, 2% of the live bytes long-lived; RSS against live "
              "bytes sampled 100 times",
              {"tiny": 1, "default": 1, "full": 3}, _est(0.4, 4.0, 80.0), timed=False,
-             series=True),
+             series=True, series_x="progress"),
     Workload("redis_mixed", "redis_mixed",
              "Redis under a 50:50 SET/GET load on random keys at 16, 64 and 256 clients "
              "(two redis-benchmark processes at once; merged latency distribution)",
