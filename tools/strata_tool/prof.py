@@ -142,7 +142,7 @@ class Symbolizer:
                 out = n if n else f"{os.path.basename(path)}+0x{a - lo + off:x}"
                 if not n and not e.has_symtab:
                     self.stripped.add(path)
-        if out.startswith("0x") or "+0x" in out:
+        if _unresolved(out):
             self.unresolved += 1
         self._cache[ret] = out
         return out
@@ -249,8 +249,22 @@ def _read_pprof(path: str) -> Profile:
     strs = list(pb.string_table)
     funcs = {fn.id: strs[fn.name] for fn in pb.function}
     locs = {}
+    maps = {m.id: m for m in pb.mapping}
+    unresolved, stripped = 0, set()
     for loc in pb.location:
-        locs[loc.id] = funcs.get(loc.line[0].function_id) if loc.line else f"0x{loc.address:x}"
+        name = funcs.get(loc.line[0].function_id) if loc.line else None
+        if not name:
+            unresolved += 1
+            m = maps.get(loc.mapping_id)
+            mpath = strs[m.filename] if m is not None and m.filename < len(strs) else ""
+            if mpath and m.memory_start <= loc.address < m.memory_limit:
+                # As the heap_v2 reader names it: file+offset, the same in both views.
+                stripped.add(mpath)
+                name = (f"{os.path.basename(mpath)}"
+                        f"+0x{loc.address - m.memory_start + m.file_offset:x}")
+            else:
+                name = f"0x{loc.address:x}"
+        locs[loc.id] = name
     idx = {strs[st.type]: k for k, st in enumerate(pb.sample_type)}
     prof = Profile(path, pb.period)
     merged: dict[tuple, Stack] = {}
@@ -263,6 +277,7 @@ def _read_pprof(path: str) -> Profile:
         st.inuse_objs += v[idx.get("inuse_objects", 2)]
         st.inuse_bytes += v[idx.get("inuse_space", 3)]
     prof.stacks = list(merged.values())
+    prof.unresolved, prof.frames, prof.stripped = unresolved, len(locs), sorted(stripped)
     return prof
 
 
@@ -281,12 +296,18 @@ def symbol_hint(prof: Profile) -> str | None:
         return None
     where = (": no symbol table in " + ", ".join(prof.stripped[:3])) if prof.stripped else ""
     return (f"note: {prof.unresolved} of {prof.frames} frames did not resolve to a function"
-            f"{where} (stripped?): keep symbols (-g, no strip, or install the debug "
-            "package) so heap_v2 and pprof dumps name the same functions")
+            f"{where} (stripped?): frames show as file+offset; keep symbols (-g, no "
+            "strip, or install the debug package) to see function names")
+
+
+def _unresolved(name: str) -> bool:
+    return name.startswith("0x") or "+0x" in name
 
 
 def visible(frames: tuple) -> tuple:
-    out = tuple(f for f in frames if not _HIDE.match(f))
+    # An unresolved frame ("prog+0x125d") is never hidden: its file name may look like
+    # an allocator function's (a program called prof_leak).
+    out = tuple(f for f in frames if _unresolved(f) or not _HIDE.match(f))
     return out or frames[:1]
 
 
