@@ -112,6 +112,7 @@ def discover(build_dir: Path | None, names: list[str] | None = None) -> list[All
     are marked unavailable with a one-line reason. build_dir None (an installed tool
     outside a checkout): strata is the installed library."""
     d = libdir()
+    _BY_PATH.clear()                    # the names of this comparison only
     if build_dir is not None:
         strata_lib = build_dir / "libstrata.so"
     else:

@@ -7,6 +7,13 @@ import pytest
 from strata_tool import allocators as al
 
 
+@pytest.fixture(autouse=True)
+def forget_paths():
+    """identify() must not keep this file's names for the other tests."""
+    yield
+    al._BY_PATH.clear()
+
+
 def test_name_equals_path_adds_a_peer_before_strata(tmp_path):
     lib = al.libdir() / "libmimalloc.so.2"
     if not lib.exists():
