@@ -147,7 +147,11 @@ def watch(args) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="strata-watch-"))
     conf = f"stats_interval_ms:{args.interval_ms}" + (f",{args.conf}" if args.conf else "")
     env = launch.build_env(lib, conf, str(tmp / "stats-%p.prom"))
-    proc = launch.start(cmd, env)
+    try:
+        proc = launch.start(cmd, env)
+    except Failure:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     series: list[tuple[float, dict]] = []
     t0 = time.monotonic()
     cols = ("allocated", "active", "resident", "dirty")
