@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""run_figures.py - runs the core figures of issue 2 for every available allocator.
+"""run_figures.py - runs the core figures (fast path, remote frees, memory kept) for every available allocator.
 
 fig_pair and fig_prodcons run under `valgrind --tool=callgrind`; the figure is the
 inclusive cost of the calls the measured functions make to malloc and free, read from

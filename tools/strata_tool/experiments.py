@@ -1,4 +1,4 @@
-"""The jemalloc literature's experiments in `strata bench` (issue 12): their suite
+"""The jemalloc literature's experiments in `strata bench`: their suite
 entries, how each is run (exp_redis, exp_nginx, exp_jvm; wl_drift is an ordinary
 workload binary), and their report sections - one table per experiment with the
 median and the spread (min-max) of its rounds, ratios against the other allocators of

@@ -250,7 +250,7 @@ def test_sample_counts_match_the_sampling_probability(build_dir, tmp_path):
     reservations) with 0.0078 and h's 16,384 64-byte blocks with 0.00049. The pooled count
     of each function's live samples (told apart by usable size) must lie within 5 standard
     errors of sum(n p): g's bound is 4.7% of its expectation, f's 3.1%, h's 25%, so the
-    7.4% deficit once suspected in g (issue 9's unbiasedness figure) fails it, while a
+    7.4% deficit once suspected in g fails it, while a
     correct sampler misses one of the three bounds by chance about once in 600,000 runs. The estimate's weight
     1/p is checked exactly on the last dump (the reader's unbiasing of a g stack)."""
     import json
