@@ -53,3 +53,15 @@ def test_budget_gives_fast_workloads_all_their_rounds_before_a_slow_one_a_second
     assert [w.name for w in s.plan_round(2, 54.0)] == ["a"]
     assert [w.name for w in s.plan_round(3, 58.0)] == ["a"]
     assert s.max_rounds == {"a": 3, "b": 1}
+
+
+def test_kept_rounds_run_even_when_round_one_spent_the_budget():
+    # Round 1 overran the budget (100 s of 80): "a" is kept for its 3 rounds, "b" stops.
+    ws = [Workload("a", "binary", "a", {"default": 3}, {"default": 1.0}),
+          Workload("b", "binary", "b", {"default": 3}, {"default": 10.0})]
+    s = Schedule(ws, {"a": 3, "b": 3}, n_alloc=2, preset="default", budget_s=80,
+                 keep={"a": 3})
+    s.plan_round(1, 0)
+    assert [w.name for w in s.plan_round(2, 100.0)] == ["a"]
+    assert [w.name for w in s.plan_round(3, 104.0)] == ["a"]
+    assert s.max_rounds == {"a": 3, "b": 1} and s.dropped == {"b": 2}
