@@ -79,7 +79,7 @@ def ratio_bars(path: Path, table: Mapping, allocators: list[str], baseline: str,
         return False
     plt = _plt()
     row_h = 0.13 * len(peers) + 0.12
-    fig, ax = plt.subplots(figsize=(9.0, 1.3 + row_h * len(wls)), dpi=100)
+    fig, ax = plt.subplots(figsize=(9.0, max(2.8, 1.5 + row_h * len(wls))), dpi=100)
     h = 0.8 / len(peers)
     vals = []
     for i, a in enumerate(peers):
@@ -112,8 +112,9 @@ def ratio_bars(path: Path, table: Mapping, allocators: list[str], baseline: str,
     ax.set_ylim(len(wls) - 0.5, -0.5)
     ax.set_xlabel(f"{what} / {baseline}'s {what} (log scale; left of 1× is better)")
     ax.set_title(f"{what} relative to {baseline}"
-                 + (f" ({runs_phrase(n_all)} per workload)" if n_all else ""), fontsize=11)
-    ax.legend(fontsize=9, ncol=len(peers), loc="upper center", bbox_to_anchor=(0.5, -0.07),
+                 + (f" ({runs_phrase(n_all)} per workload)" if n_all else ""), fontsize=11,
+                 pad=24)
+    ax.legend(fontsize=9, ncol=len(peers), loc="lower center", bbox_to_anchor=(0.5, 1.0),
               frameon=False, handlelength=1.2)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
