@@ -26,8 +26,8 @@ SCHEMA = "strata-bench/1"
 DEFAULT_TIMEOUT = {"tiny": 60.0, "default": 180.0, "full": 900.0}
 # Seconds after which no further round starts (round 1 and the fast workloads' rounds
 # always complete); --full runs every round. On a quiet 2-core machine the default
-# run's first round takes about 260-280 s and the fast workloads' second and third
-# rounds about 26 s; what is left goes to the cheapest slow workloads (wl_frag first).
+# run's first round takes about 260-280 s, and rounds 2 and 3 of the fast workloads
+# about 26 s; what is left goes to the cheapest slow workloads (wl_frag first).
 DEFAULT_BUDGET = {"default": 330.0}
 OK_STDERR_TAIL = 600      # characters of stderr kept for a successful run
 
