@@ -34,7 +34,7 @@ install)
     run cmake --install "$build" --prefix "$P" >"$work/install.log" ||
         { cat "$work/install.log"; exit 1; }
     for f in include/strata.h include/strata/jemalloc/jemalloc.h "$libdir/libstrata.a" \
-             "$libdir/libstrata.so" "$libdir/pkgconfig/strata.pc" "$libdir/cmake/strata/strataConfig.cmake"; do
+             "$libdir/libstrata.so" "$libdir/libstrata.so.0" "$libdir/pkgconfig/strata.pc" "$libdir/cmake/strata/strataConfig.cmake"; do
         [ -e "$P/$f" ] || { echo "FAIL: cmake --install did not install $f"; exit 1; }
     done
     echo "ok: installed into $P"
@@ -48,11 +48,11 @@ dynamic) # cc app.c -lstrata (a program that calls malloc/free itself), and with
         -Wl,--pop-state -o "$out/app2"
     run "$out/app2"
     ;;
-preload) # LD_PRELOAD=/usr/local/lib/libstrata.so program
+preload) # LD_PRELOAD=/usr/local/lib/libstrata.so.0 program
     run "$cc" "$app" "${inc[@]}" -o "$out/app"
     if "$out/app" >/dev/null 2>&1; then echo "FAIL: app passes without strata"; exit 1; fi
-    run env LD_PRELOAD="$P/$libdir/libstrata.so" "$out/app"
-    err=$(env LD_PRELOAD="$P/$libdir/libstrata.so" MALLOC_CONF=confirm_conf:true ls / 2>&1 >/dev/null)
+    run env LD_PRELOAD="$P/$libdir/libstrata.so.0" "$out/app"
+    err=$(env LD_PRELOAD="$P/$libdir/libstrata.so.0" MALLOC_CONF=confirm_conf:true ls / 2>&1 >/dev/null)
     echo "$err" | grep -q '^<strata>: conf:' || { echo "FAIL: ls under LD_PRELOAD: $err"; exit 1; }
     ;;
 static) # cc -static app.c -Wl,--whole-archive -lstrata -Wl,--no-whole-archive -lpthread
