@@ -1,8 +1,9 @@
 /*
  * conf.c - options in MALLOC_CONF syntax ("key:value,key:value") from, in order, the
- * program's malloc_conf (and strata_malloc_conf) symbol, /etc/strata.conf, STRATA_CONF and MALLOC_CONF; later
- * sources win. Every unknown key or bad value is reported once, naming the key, the
- * value, the source and what is accepted; abort_conf:true makes any problem fatal.
+ * program's malloc_conf (and strata_malloc_conf) symbol, /etc/strata.conf, STRATA_CONF
+ * and MALLOC_CONF; later sources win. Every unknown key or bad value is reported once,
+ * naming the key, the value, the source and what is accepted; abort_conf:true makes any
+ * problem fatal.
  * Runs during initialisation: no stdio, no getenv-before-libc assumptions, no malloc.
  */
 #include <signal.h>

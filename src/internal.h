@@ -29,7 +29,8 @@
 #endif
 
 /* ------------------------------------------------------------------ report.c */
-/* Messages go to stderr by raw write(2), prefixed "<strata>: ", never through stdio. */
+/* Messages go to stderr by raw write(2), never through stdio, or to the program's
+ * malloc_message when it sets one; prefixed "<strata>: ". */
 HIDDEN void msg_write(const char *s);
 /* msg_write with a cbopaque for the program's malloc_message: malloc_stats_print's
  * default writer. */
