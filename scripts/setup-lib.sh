@@ -88,7 +88,10 @@ svc_running() {
         service "$1" status >/dev/null 2>&1
     fi
 }
-svc_enabled_units() { systemctl list-unit-files --state=enabled --no-legend --no-pager 2>/dev/null | awk '{print $1}' | LC_ALL=C sort; }
+svc_enabled_units() {
+    { systemctl list-unit-files --state=enabled --no-legend --no-pager 2>/dev/null || true; } |
+        awk '{print $1}' | LC_ALL=C sort
+}
 
 declare -A SVC_WAS_ENABLED SVC_WAS_RUNNING
 SVC_ENABLED_BEFORE=""

@@ -6,6 +6,7 @@
 #   lock_wait_names_holder_and_is_bounded, services_left_as_found,
 #   policy_rc_d_only_while_installing, root_need_said_before_anything,
 #   no_root_no_sudo_stops_with_the_reason, nothing_missing_needs_no_root,
+#   no_systemd_tools_still_installs,
 #   checkout_not_installed_globally
 set -euo pipefail
 case_=$1
@@ -85,6 +86,14 @@ services_left_as_found)
     [ ! -e "$T/svc/extra-daemon.enabled" ] || fail "a unit the installation enabled was left enabled"
     [ -e "$T/svc/redis-server.enabled" ] && [ -e "$T/svc/redis-server.running" ] || fail "redis-server changed"
     grep -q "disabling nginx" "$T/out" && grep -q "stopping nginx" "$T/out" || fail "not said"
+    ;;
+no_systemd_tools_still_installs)
+    # A container image: no systemctl, no service command (both fail as a missing command).
+    stub systemctl 'echo "systemctl: command not found" >&2; exit 127'
+    stub service 'echo "service: command not found" >&2; exit 127'
+    echo stress-ng >"$T/missing"
+    FAKE_UID=0 install_deps || { cat "$T/out"; fail "install-deps.sh failed without systemctl"; }
+    grep -q "apt-get -o DPkg::Lock::Timeout=600 install" "$T/calls" || fail "apt-get not run"
     ;;
 policy_rc_d_only_while_installing)
     echo nginx >"$T/missing"
