@@ -3,10 +3,11 @@
 # strata in build/, and runs the allocator comparison (`strata bench`): glibc, jemalloc,
 # tcmalloc, mimalloc and strata on every workload, a summary table on stdout, and a
 # report with plots under bench/out/. Extra arguments go to `strata bench` (--full,
-# --only, --allocators, --rounds, ...).
+# --only, --allocators, --rounds, ...). Needs root (or sudo) only when packages are missing:
+# scripts/install-deps.sh says so before it does anything.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 bash scripts/build.sh
-PYTHONPATH="$root/tools${PYTHONPATH:+:$PYTHONPATH}" exec python3 -m strata_tool bench --build-dir "$root/build" "$@"
+exec bash scripts/strata bench --build-dir "$root/build" "$@"

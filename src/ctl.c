@@ -988,14 +988,11 @@ EXPORT int strata_mallctlbymib(const size_t *mib, size_t miblen, void *oldp, siz
   return ctl_by_mib(mib, miblen, oldp, oldlenp, newp, newlen);
 }
 
-static void write_stderr(void *opaque, const char *s) {
-  (void)opaque;
-  msg_write(s);
-}
-
+/* Without write_cb the output goes where strata's messages go (stderr, or the program's
+ * malloc_message with this cbopaque), as jemalloc's does. */
 EXPORT void strata_malloc_stats_print(void (*write_cb)(void *, const char *), void *cbopaque, const char *opts) {
   if (tsd_fetch() == NULL) return;
-  stats_print(write_cb ? write_cb : write_stderr, cbopaque, opts ? opts : "");
+  stats_print(write_cb ? write_cb : msg_cb, cbopaque, opts ? opts : "");
 }
 
 #ifdef STRATA_OVERRIDE

@@ -29,8 +29,12 @@
 #endif
 
 /* ------------------------------------------------------------------ report.c */
-/* Messages go to stderr by raw write(2), prefixed "<strata>: ", never through stdio. */
+/* Messages go to stderr by raw write(2), never through stdio, or to the program's
+ * malloc_message when it sets one; prefixed "<strata>: ". */
 HIDDEN void msg_write(const char *s);
+/* msg_write with a cbopaque for the program's malloc_message: malloc_stats_print's
+ * default writer. */
+HIDDEN void msg_cb(void *cbopaque, const char *s);
 HIDDEN void msg_parts(const char *const *parts, int n);
 HIDDEN char *fmt_u64(char *buf, uint64_t v);  /* returns buf, NUL-terminated */
 HIDDEN char *fmt_hex(char *buf, uint64_t v);  /* "0x..." */
@@ -785,6 +789,9 @@ HIDDEN void conf_init(void);
 /* Parses one MALLOC_CONF-syntax string; returns the number of problems reported. */
 HIDDEN int conf_parse(opt_t *o, const char *s, const char *source);
 HIDDEN void conf_print(const opt_t *o);
+/* The program's options strings (malloc_conf, strata_malloc_conf) that are set, in the
+ * order they apply, with their names; returns how many. */
+HIDDEN unsigned conf_program_strings(const char *str[2], const char *name[2]);
 
 /* ------------------------------------------------------------------ init.c */
 HIDDEN extern bool strata_ready;
@@ -988,6 +995,8 @@ typedef struct {           /* one stack's counters copied under prof_lock for a 
 } prof_snap_t;
 HIDDEN extern mtx_t prof_dump_lock;
 HIDDEN uint64_t prof_exp_draw(uint64_t *rng, uint64_t mean); /* for the unit tests too */
+HIDDEN double prof_ln(double x);                 /* libm's log(x), x > 0 normal */
+HIDDEN double prof_one_minus_exp_neg(double x); /* 1 - exp(-x), x >= 0 */
 HIDDEN prof_stack_t *prof_stack_intern(const uintptr_t *frames, unsigned n); /* prof_lock held */
 HIDDEN prof_snap_t *prof_snapshot(size_t *n, size_t *map_bytes); /* os_map'ed; os_unmap(map_bytes) */
 HIDDEN bool prof_dump_heap_v2(const char *path, const prof_snap_t *s, size_t n, const prof_thr_snap_t *t, size_t nt,
