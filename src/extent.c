@@ -916,6 +916,7 @@ size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool lazy) {
       }
     }
   }
+  if (purged) ev_note_resident(mem_resident()); /* a level crossed downward (events.c) */
   return purged;
 }
 
