@@ -198,7 +198,8 @@ HELPER(helper_idle_return_by_default)
     printf("idle_wakeups=%lu\n", sw2 - sw);
 }
 
-TEST(test_idle_process_returns_memory_by_default_and_then_never_wakes)
+/* Override build only: a sanitizer's runtime has threads and shadow memory of its own. */
+OVERRIDE_TEST(test_idle_process_returns_memory_by_default_and_then_never_wakes)
 {
     static check_child_t r;
     const char *env[] = {"MALLOC_CONF=dirty_decay_ms:1000", NULL};
@@ -220,7 +221,7 @@ HELPER(helper_single_threaded)
     CHECK_EQ(read_size("stats.background_thread.num_threads"), 0);
 }
 
-TEST(test_background_thread_false_keeps_the_process_single_threaded)
+OVERRIDE_TEST(test_background_thread_false_keeps_the_process_single_threaded)
 {
     static check_child_t r;
     const char *env[] = {"MALLOC_CONF=background_thread:false,dirty_decay_ms:100", NULL};
