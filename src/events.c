@@ -52,7 +52,6 @@ static pthread_cond_t ev_idle_cond = PTHREAD_COND_INITIALIZER;
 static ev_reg_t ev_regs[EV_MAX];
 static unsigned ev_next_id = 1;
 static bool ev_dispatching;        /* callbacks are running (unregister waits for them) */
-static pthread_t ev_thread;
 static bool ev_running;            /* atomic */
 static int ev_efd = -1, psi_fd = -1;
 static bool psi_tried;             /* the pressure file was looked for */
@@ -235,13 +234,17 @@ static void psi_react(void) {
 }
 
 /* ---------------------------------------------------------------- the monitor thread */
+static __thread bool ev_on_monitor; /* this thread is the monitor (callbacks run here) */
+
 static void *ev_main(void *arg) {
   (void)arg;
+  ev_on_monitor = true;
   for (;;) {
     struct pollfd p[2];
     int n = 0, efd = __atomic_load_n(&ev_efd, __ATOMIC_RELAXED);
     p[n++] = (struct pollfd){.fd = efd, .events = POLLIN};
-    if (psi_fd >= 0) p[n++] = (struct pollfd){.fd = psi_fd, .events = POLLPRI};
+    int pfd = __atomic_load_n(&psi_fd, __ATOMIC_RELAXED);
+    if (pfd >= 0) p[n++] = (struct pollfd){.fd = pfd, .events = POLLPRI};
     if (poll(p, (nfds_t)n, -1) < 0) continue; /* EINTR */
     if (p[0].revents & POLLNVAL) { /* the program closed it: stop (never reuse the number) */
       __atomic_store_n(&ev_efd, -1, __ATOMIC_RELAXED);
@@ -254,7 +257,8 @@ static void *ev_main(void *arg) {
       (void)r;
     }
     if (!__atomic_load_n(&ev_running, __ATOMIC_ACQUIRE)) break;
-    if (n > 1 && (p[1].revents & (POLLERR | POLLNVAL))) psi_fd = -1; /* gone: stop watching */
+    if (n > 1 && (p[1].revents & (POLLERR | POLLNVAL))) /* gone: stop watching */
+      __atomic_store_n(&psi_fd, -1, __ATOMIC_RELAXED);
     if (n > 1 && (p[1].revents & POLLPRI)) {
       psi_react();
     } else {
@@ -264,13 +268,15 @@ static void *ev_main(void *arg) {
   return NULL;
 }
 
-/* No strata lock held, not inside malloc: may call pthread_create. */
+/* No strata lock held, not inside malloc: may call pthread_create, which may malloc and
+ * so come back here through bg_create_wanted: ev_mtx is not held across it. */
 static int ev_start(bool want_psi) {
   pthread_mutex_lock(&ev_mtx);
   if (want_psi && !psi_tried) {
     psi_tried = true;
-    psi_fd = psi_open();
-    if (psi_fd >= 0) psi_total_us = psi_read_total();
+    int fd = psi_open();
+    if (fd >= 0) psi_total_us = psi_read_total();
+    __atomic_store_n(&psi_fd, fd, __ATOMIC_RELEASE);
   }
   if (__atomic_load_n(&ev_running, __ATOMIC_RELAXED)) {
     pthread_mutex_unlock(&ev_mtx);
@@ -284,15 +290,20 @@ static int ev_start(bool want_psi) {
     }
     __atomic_store_n(&ev_efd, fd, __ATOMIC_RELEASE);
   }
-  __atomic_store_n(&ev_running, true, __ATOMIC_RELEASE);
+  __atomic_store_n(&ev_running, true, __ATOMIC_RELEASE); /* claimed: nobody else creates it */
+  pthread_mutex_unlock(&ev_mtx);
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  int err = pthread_create(&ev_thread, NULL, ev_main, NULL);
+  pthread_t th;
+  int err = pthread_create(&th, NULL, ev_main, NULL);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (err) __atomic_store_n(&ev_running, false, __ATOMIC_RELEASE);
-  pthread_mutex_unlock(&ev_mtx);
-  return err ? EAGAIN : 0;
+  if (err) {
+    __atomic_store_n(&ev_running, false, __ATOMIC_RELEASE);
+    return EAGAIN;
+  }
+  pthread_detach(th); /* it runs for the life of the process */
+  return 0;
 }
 
 /* From bg_create_wanted (a slow path, nothing of strata's in progress), when background
@@ -301,9 +312,9 @@ static int ev_start(bool want_psi) {
 void ev_start_wanted(void) {
   if (__atomic_load_n(&ev_running, __ATOMIC_RELAXED)) return;
   bool regs = false;
-  pthread_mutex_lock(&ev_mtx);
+  if (pthread_mutex_trylock(&ev_mtx) != 0) return; /* being started, or a registration in progress */
   for (unsigned i = 0; i < EV_MAX && !regs; i++) regs = ev_regs[i].id != 0;
-  bool tried = psi_tried, have = psi_fd >= 0;
+  bool tried = psi_tried, have = __atomic_load_n(&psi_fd, __ATOMIC_RELAXED) >= 0;
   pthread_mutex_unlock(&ev_mtx);
   bool psi = opt.pressure_purge && (!tried || have);
   if (psi || regs) {
@@ -323,7 +334,7 @@ void ev_postfork_child(void) {
   ev_dispatching = false;
   __atomic_store_n(&ev_running, false, __ATOMIC_RELAXED);
   __atomic_store_n(&ev_efd, -1, __ATOMIC_RELAXED);
-  psi_fd = -1;
+  __atomic_store_n(&psi_fd, -1, __ATOMIC_RELAXED);
   psi_tried = false;
   for (unsigned i = 0; i < EV_MAX; i++) ev_regs[i].above = false;
   __atomic_store_n(&ev_up, UINT64_MAX, __ATOMIC_RELAXED);
@@ -360,7 +371,7 @@ int strata_event_register(unsigned kind, unsigned long long level, strata_event_
 
 int strata_event_unregister(unsigned id) {
   if (id == 0) return EINVAL;
-  bool self = __atomic_load_n(&ev_running, __ATOMIC_RELAXED) && pthread_equal(pthread_self(), ev_thread);
+  bool self = ev_on_monitor;
   pthread_mutex_lock(&ev_mtx);
   unsigned i = 0;
   while (i < EV_MAX && ev_regs[i].id != id) i++;
@@ -447,6 +458,6 @@ EV_STAT(ctl_stats_events_fired, ev_nfired)
 int ctl_stats_pressure_watched(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
                                size_t newlen) {
   (void)mib, (void)miblen, (void)newlen;
-  bool v = __atomic_load_n(&ev_running, __ATOMIC_RELAXED) && psi_fd >= 0;
+  bool v = __atomic_load_n(&ev_running, __ATOMIC_RELAXED) && __atomic_load_n(&psi_fd, __ATOMIC_RELAXED) >= 0;
   return ev_ro(oldp, oldlenp, newp, &v, sizeof(v));
 }

@@ -289,7 +289,10 @@ TEST(test_hard_limit_option_returns_enomem_and_leaves_a_margin_for_small_blocks)
     }
 }
 
-HELPER(helper_noop) {}
+HELPER(helper_noop)
+{
+    free(malloc(1)); /* strata reads its options at its first call */
+}
 
 static char out[1 << 20];
 static size_t out_len;
