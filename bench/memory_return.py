@@ -43,7 +43,10 @@ BG = "background_thread:true"
 # default 1.0 pace of returning free pages). strata's defaults are its background threads;
 # "strata-nobg" is background_thread:false (freed pages decay only on allocator events).
 BEST = {"jemalloc": ({"MALLOC_CONF": BG}, "background_thread:true"),
-        "mimalloc": ({"MIMALLOC_PURGE_DELAY": "0"}, "MIMALLOC_PURGE_DELAY=0"),
+        # mimalloc 2.1+ calls it purge_delay; Debian 12's 2.0 has reset_delay and
+        # segment_decommit_delay (each ignores the others' names).
+        "mimalloc": ({"MIMALLOC_PURGE_DELAY": "0", "MIMALLOC_RESET_DELAY": "0", "MIMALLOC_SEGMENT_DECOMMIT_DELAY": "0"},
+                     "MIMALLOC_PURGE_DELAY=0 (2.0: MIMALLOC_RESET_DELAY=0, MIMALLOC_SEGMENT_DECOMMIT_DELAY=0)"),
         "tcmalloc": ({"TCMALLOC_RELEASE_RATE": "10"}, "TCMALLOC_RELEASE_RATE=10")}
 
 
@@ -67,7 +70,8 @@ def variants(build: Path) -> list[tuple[str, str | None, str | None, dict]]:
 
 def env_for(preload: str | None, conf: str | None, extra: dict | None = None) -> dict:
     env = {k: v for k, v in os.environ.items()
-           if k not in ("LD_PRELOAD", "MALLOC_CONF", "STRATA_CONF", "MIMALLOC_PURGE_DELAY", "TCMALLOC_RELEASE_RATE")}
+           if k not in ("LD_PRELOAD", "MALLOC_CONF", "STRATA_CONF", "TCMALLOC_RELEASE_RATE")
+           and not k.startswith("MIMALLOC_")}
     if preload:
         env["LD_PRELOAD"] = preload
     if conf:

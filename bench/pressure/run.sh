@@ -9,7 +9,9 @@
 # limit check cannot see the hog; only the kernel's pressure (PSI) says the cgroup is
 # reclaiming. Run with pressure_purge:true (the default) and false; prints, per run, the
 # stall time the kernel recorded (/proc/pressure/memory "some" total, microseconds, over
-# the run), whether the hog survived and how long it took, and the holder's RSS.
+# the run), whether the hog survived and how long it took, and the holder's RSS: after its
+# frees, when it fell under 24 MiB (its pages back; -1: not within 12 s) and at the end.
+# ROUNDS=n repeats the pair of runs; HOLDER_CONF adds options to the holder's MALLOC_CONF.
 #
 #   bench/pressure/run.sh LIBSTRATA [LIMIT_MIB [HOLD_MIB [HOG_MIB [FILE_MIB]]]]
 # Needs root and a memory cgroup; exits 77 otherwise.
@@ -47,7 +49,7 @@ run_one() {  # $1: pressure_purge value
   local s0; s0=$(stall)
   # The holder: HOLD_MIB in 1 MiB blocks, touched, freed; then idle for 12 s, printing RSS.
   bash -c 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"' _ "$cg" env LD_PRELOAD="$lib" \
-    MALLOC_CONF="pressure_purge:$1" python3 -c "
+    MALLOC_CONF="pressure_purge:$1${HOLDER_CONF:+,$HOLDER_CONF}" python3 -c "
 import time, sys
 x = [bytearray(1 << 20) for _ in range($hold)]
 for b in x: b[::4096] = b'\x01' * len(b[::4096])
@@ -60,13 +62,13 @@ low = None
 while time.time() - t0 < 12:
     time.sleep(0.25)
     r = rss()
-    if low is None and r < 64 * 1024:
+    if low is None and r < 24 * 1024:
         low = time.time() - t0
 import ctypes
 lib = ctypes.CDLL(None)
 v = ctypes.c_uint64(0); sz = ctypes.c_size_t(8)
 lib.mallctl(b'stats.pressure_events', ctypes.byref(v), ctypes.byref(sz), None, ctypes.c_size_t(0))
-print('holder_rss_end_kib', rss(), 'holder_below_64mib_after_s', -1 if low is None else round(low, 2), 'pressure_events', v.value, flush=True)
+print('holder_rss_end_kib', rss(), 'holder_below_24mib_after_s', -1 if low is None else round(low, 2), 'pressure_events', v.value, flush=True)
 " > /tmp/strata-pressure-holder.$$ 2>&1 &
   local holder=$!
   sleep 1.5
@@ -104,4 +106,7 @@ echo "limit ${limit} MiB, holder ${hold} MiB freed (strata), hog ${hog} MiB (gli
 echo
 echo "| pressure_purge | stall ms (PSI some) | hog | hog seconds | holder | holder RSS |"
 echo "|---|---|---|---|---|---|"
-for v in true false; do run_one $v; done
+rounds=${ROUNDS:-1}
+for _ in $(seq "$rounds"); do
+  for v in true false; do run_one $v; done
+done
