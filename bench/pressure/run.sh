@@ -10,12 +10,14 @@
 # reclaiming. Run with pressure_purge:true (the default) and false; prints, per run, the
 # stall time the kernel recorded (/proc/pressure/memory "some" total, microseconds, over
 # the run), whether the hog survived and how long it took, and the holder's RSS: after its
-# frees, when it fell under 24 MiB (its pages back; -1: not within 12 s) and at the end.
-# ROUNDS=n repeats the pair of runs; HOLDER_CONF adds options to the holder's MALLOC_CONF.
+# frees, when it fell under 24 MiB (its pages back; -1: not within its idle time) and at the end.
+# ROUNDS=n repeats the pair of runs; HOLDER_CONF adds options to the holder's MALLOC_CONF;
+# VALUES="true" runs only that setting; HOLDER_IDLE_S is how long the holder idles (12).
 #
 #   bench/pressure/run.sh LIBSTRATA [LIMIT_MIB [HOLD_MIB [HOG_MIB [FILE_MIB]]]]
 # Needs root and a memory cgroup; exits 77 otherwise.
 set -u
+idle=${HOLDER_IDLE_S:-12}
 lib=$1 limit=${2:-256} hold=${3:-192} hog=${4:-112} file=${5:-96}
 skip() { echo "SKIP: $*"; exit 77; }
 [ -r /proc/pressure/memory ] || skip "no /proc/pressure/memory"
@@ -59,7 +61,7 @@ def rss():
 print('holder_rss_after_free_kib', rss(), flush=True)
 t0 = time.time()
 low = None
-while time.time() - t0 < 12:
+while time.time() - t0 < $idle:
     time.sleep(0.25)
     r = rss()
     if low is None and r < 24 * 1024:
@@ -108,5 +110,5 @@ echo "| pressure_purge | stall ms (PSI some) | hog | hog seconds | holder | hold
 echo "|---|---|---|---|---|---|"
 rounds=${ROUNDS:-1}
 for _ in $(seq "$rounds"); do
-  for v in true false; do run_one $v; done
+  for v in ${VALUES:-true false}; do run_one $v; done
 done
