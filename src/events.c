@@ -132,7 +132,10 @@ static void ev_dispatch(bool psi, uint64_t purged, uint64_t stall_us) {
       dir = 1;
     } else {
       uint64_t t = ev_threshold(r);
-      if (t == 0) continue;
+      if (t == 0) { /* no such limit (any more): nothing is crossed, start from below */
+        r->above = false;
+        continue;
+      }
       if (!r->above && res >= t) {
         r->above = true, dir = 1;
       } else if (r->above && res < t - (t >> EV_HYST_SHIFT)) {
