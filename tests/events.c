@@ -491,4 +491,41 @@ TEST(test_pressure_is_watched_where_the_kernel_offers_triggers)
     CHECK(on, "the kernel offers PSI triggers but strata does not watch them");
 }
 
+/* A forked child that only prepares an exec (small allocations, an environment, argv)
+ * gets neither a background thread nor the monitor, although the parent has both and
+ * callbacks registered; the child's first pages to decay bring them back. */
+OVERRIDE_TEST(test_forked_child_that_only_execs_starts_no_strata_thread)
+{
+    static seen_t s;
+    unsigned id;
+    CHECK(strata_event_register(STRATA_EVENT_RESIDENT, (size_t)1 << 40, on_event, &s, &id) == 0);
+    burst(16 * MiB);
+    for (int i = 0; i < 200 && read_size("stats.background_thread.num_threads") == 0; i++) {
+        free(malloc(1 << 20));
+        sleep_ms(10);
+    }
+    CHECK(read_size("stats.background_thread.num_threads") >= 1);
+    CHECK(count_threads() >= 3, "%d threads: main, a background thread, the monitor", count_threads());
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        char *argv[8];
+        for (int i = 0; i < 7; i++) {
+            argv[i] = malloc(32);
+            snprintf(argv[i], 32, "arg%d", i);
+        }
+        argv[7] = NULL;
+        char *env = strdup("PATH=/bin:/usr/bin");
+        int n = count_threads();
+        for (int i = 0; i < 7; i++)
+            free(argv[i]);
+        free(env);
+        _exit(n == 1 ? 0 : 10 + n);
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status 0x%x (exit 10 + its threads)", st);
+    CHECK(strata_event_unregister(id) == 0);
+}
+
 int main(int argc, char **argv) { return check_main(argc, argv); }
