@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""memory_return.py - the memory-return figures, every allocator in one run:
+"""memory_return.py - memory given back over time, every allocator in one run:
 
   memreturn  wl_memreturn's RSS every 50 ms while idle after its 2 GiB burst, for glibc,
-             jemalloc, tcmalloc, mimalloc and strata, and jemalloc and strata again with
-             background_thread:true (MALLOC_CONF); plot of RSS over time
-  idle       CPU time and wake-ups of strata's background thread once nothing is dirty
+             jemalloc, tcmalloc, mimalloc and strata with their defaults, then each with its
+             best memory-return setting (BEST) and strata with background_thread:false;
+             plot of RSS over time
+  idle       CPU time and wake-ups of strata's threads once nothing is dirty (defaults)
   server     wl_server's p99.9 latency with and without background threads
   container  the smallest memory cgroup limit each allocator survives under limit_phases,
              as a multiple of the live data and of one phase's peak
@@ -37,25 +38,45 @@ from strata_tool.allocators import discover  # noqa: E402
 BG = "background_thread:true"
 
 
-def variants(build: Path) -> list[tuple[str, str | None, str | None]]:
-    """(label, LD_PRELOAD, MALLOC_CONF) for each allocator, plus the background-thread runs."""
+# Each allocator's best memory-return setting, beside its defaults: jemalloc's background
+# threads, mimalloc purging at once, tcmalloc's release rate at its top (10: ten times the
+# default 1.0 pace of returning free pages). strata's defaults are its background threads;
+# "strata-nobg" is background_thread:false (freed pages decay only on allocator events).
+BEST = {"jemalloc": ({"MALLOC_CONF": BG}, "background_thread:true"),
+        # mimalloc 2.1+ calls it purge_delay; Debian 12's 2.0 has reset_delay and
+        # segment_decommit_delay (each ignores the others' names).
+        "mimalloc": ({"MIMALLOC_PURGE_DELAY": "0", "MIMALLOC_RESET_DELAY": "0", "MIMALLOC_SEGMENT_DECOMMIT_DELAY": "0"},
+                     "MIMALLOC_PURGE_DELAY=0 (2.0: MIMALLOC_RESET_DELAY=0, MIMALLOC_SEGMENT_DECOMMIT_DELAY=0)"),
+        "tcmalloc": ({"TCMALLOC_RELEASE_RATE": "10"}, "TCMALLOC_RELEASE_RATE=10")}
+
+
+def variants(build: Path) -> list[tuple[str, str | None, str | None, dict]]:
+    """(label, LD_PRELOAD, MALLOC_CONF, other environment) for each allocator's defaults,
+    then each one's best memory-return setting."""
     out = []
     for a in discover(build):
         if not a.available:
             print(f"skip {a.name}: {a.skip_reason}", file=sys.stderr)
             continue
-        out.append((a.name, a.preload(), None))
-        if a.name in ("jemalloc", "strata"):
-            out.append((f"{a.name}+bg", a.preload(), BG))
+        out.append((a.name, a.preload(), None, {}))
+        if a.name in BEST:
+            env, _ = BEST[a.name]
+            out.append((f"{a.name}+best", a.preload(), env.get("MALLOC_CONF"),
+                        {k: v for k, v in env.items() if k != "MALLOC_CONF"}))
+        if a.name == "strata":
+            out.append(("strata-nobg", a.preload(), "background_thread:false", {}))
     return out
 
 
-def env_for(preload: str | None, conf: str | None) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MALLOC_CONF", "STRATA_CONF")}
+def env_for(preload: str | None, conf: str | None, extra: dict | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LD_PRELOAD", "MALLOC_CONF", "STRATA_CONF", "TCMALLOC_RELEASE_RATE")
+           and not k.startswith("MIMALLOC_")}
     if preload:
         env["LD_PRELOAD"] = preload
     if conf:
         env["MALLOC_CONF"] = conf
+    env.update(extra or {})
     return env
 
 
@@ -87,9 +108,10 @@ def task_stats(pid: int) -> dict[int, tuple[int, int]]:
     return out
 
 
-def run_memreturn(bin_dir: Path, preset: str, label: str, preload, conf, watch: bool = False) -> dict:
+def run_memreturn(bin_dir: Path, preset: str, label: str, preload, conf, watch: bool = False,
+                  extra: dict | None = None) -> dict:
     """One wl_memreturn run; with watch, also the per-thread CPU and wake-ups over time."""
-    p = subprocess.Popen([str(bin_dir / "wl_memreturn"), "--preset", preset], env=env_for(preload, conf),
+    p = subprocess.Popen([str(bin_dir / "wl_memreturn"), "--preset", preset], env=env_for(preload, conf, extra),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     samples = []
     if watch:
@@ -113,9 +135,9 @@ def run_memreturn(bin_dir: Path, preset: str, label: str, preload, conf, watch: 
 
 def memreturn(args, build: Path, bin_dir: Path) -> dict:
     res = {}
-    for label, preload, conf in variants(build):
+    for label, preload, conf, extra in variants(build):
         print(f"memreturn: {label} ...", file=sys.stderr)
-        r = run_memreturn(bin_dir, args.preset, label, preload, conf)
+        r = run_memreturn(bin_dir, args.preset, label, preload, conf, extra=extra)
         series = r["rss_series"]
         before = r["rss_before_kb"]
         # First sample from which RSS stays within 4 MiB of the pre-burst RSS.
@@ -133,11 +155,11 @@ def memreturn(args, build: Path, bin_dir: Path) -> dict:
 
 
 def idle(args, build: Path, bin_dir: Path) -> dict:
-    """strata+bg with dirty_decay_ms 1000: after the decay, the background thread must not
+    """strata's defaults with dirty_decay_ms 1000: after the decay, its threads must not
     run. wl_memreturn idles 15 s; its main thread samples RSS, every other thread is the
     allocator's: their CPU ticks and voluntary switches over the last 8 s are the figure."""
     lib = str(build / "libstrata.so")
-    r = run_memreturn(bin_dir, args.preset, "strata+bg", lib, BG + ",dirty_decay_ms:1000", watch=True)
+    r = run_memreturn(bin_dir, args.preset, "strata", lib, "dirty_decay_ms:1000", watch=True)
     samples = r.pop("task_samples")
     end_t = samples[-1][0]
     first = next(s for t, s in samples if t >= end_t - 8.0)
@@ -160,9 +182,9 @@ def server(args, build: Path, bin_dir: Path) -> dict:
     vs = [v for v in variants(build) if v[0].startswith(("strata", "jemalloc"))]
     runs: dict[str, list] = {v[0]: [] for v in vs}
     for _ in range(args.rounds):
-        for label, preload, conf in vs:
+        for label, preload, conf, extra in vs:
             p = subprocess.run([str(bin_dir / "wl_server"), "--preset", args.preset],
-                               env=env_for(preload, conf), capture_output=True, text=True, timeout=300)
+                               env=env_for(preload, conf, extra), capture_output=True, text=True, timeout=300)
             if p.returncode != 0:
                 raise RuntimeError(f"{label}: wl_server exit {p.returncode}: {p.stderr[-300:]}")
             r = result_line(p.stdout)
@@ -242,7 +264,7 @@ def plot(res: dict, path: Path) -> None:
     for label, r in res.items():
         xs = [t for t, _ in r["series"]]
         ys = [kb / 1024 for _, kb in r["series"]]
-        ax.plot(xs, ys, label=label, linestyle="--" if label.endswith("+bg") else "-")
+        ax.plot(xs, ys, label=label, linestyle="--" if label.endswith(("+best", "-nobg")) else "-")
     ax.set_yscale("log")
     ax.set_xlabel("seconds idle after freeing a 2 GiB peak (no allocator call)")
     ax.set_ylabel("RSS (MiB, log)")
@@ -254,7 +276,9 @@ def plot(res: dict, path: Path) -> None:
 
 
 def report(data: dict, out: Path) -> str:
-    L = [f"# Memory return, {data['date']}", "", f"Machine: {data['machine']}", ""]
+    L = [f"# Memory return, {data['date']}", "", f"Machine: {data['machine']}", "",
+         "Best memory-return settings (+best): " + ", ".join(f"{k} {v[1]}" for k, v in BEST.items()) +
+         "; strata-nobg: background_thread:false.", ""]
     if "memreturn" in data:
         L += ["## wl_memreturn: RSS while idle after a 2 GiB burst (MiB)", "",
               "| allocator | before | peak | after free | at 1 s | at 11 s | end (15 s) | back within 4 MiB at |",
@@ -268,8 +292,8 @@ def report(data: dict, out: Path) -> str:
         L += ["", "![RSS over time](rss_memreturn.png)", ""]
     if "idle" in data:
         i = data["idle"]
-        L += ["## Idle CPU with background threads on and nothing dirty", "",
-              f"strata, background_thread:true, dirty_decay_ms:1000, last {i['window_s']} s of "
+        L += ["## Idle CPU with strata's defaults once nothing is dirty", "",
+              f"strata, default options but dirty_decay_ms:1000, last {i['window_s']} s of "
               f"wl_memreturn's idle phase: {i['background_threads']} background thread(s), "
               f"{i['cpu_ticks']} CPU ticks (10 ms each) and {i['voluntary_switches']} wake-ups.", ""]
     if "server" in data:

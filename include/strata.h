@@ -128,6 +128,44 @@ STRATA_EXPORT void strata_malloc_stats_print(void (*write_cb)(void *, const char
 STRATA_EXPORT extern const char *strata_malloc_conf;
 STRATA_EXPORT extern void (*strata_malloc_message)(void *cbopaque, const char *s);
 
+/* ---- Memory events (strata's own). A callback runs on strata's monitor thread, never
+ * inside malloc and with no strata lock held: it may malloc, free, register and
+ * unregister. Kinds and their level:
+ *   STRATA_EVENT_RESIDENT        resident bytes crossed `level` upward (direction 1) or
+ *                                back below it (-1; 1/32 of the level lower, hysteresis)
+ *   STRATA_EVENT_LIMIT_HEADROOM  resident came within `level` bytes of the limit in force
+ *                                (the cgroup's or hard_limit, the lower; level 0: strata's
+ *                                own limit headroom), and left it again
+ *   STRATA_EVENT_SOFT_LIMIT      resident crossed soft_limit (level 0), up and down
+ *   STRATA_EVENT_PRESSURE        the kernel reported memory stalls (Linux PSI; level 0);
+ *                                strata has purged what it could before the call
+ * strata_event_register returns 0 (and *id, may be NULL) or EINVAL (bad kind, level or
+ * NULL cb), ENOMEM (64 registrations) or EAGAIN (no thread could be started). After
+ * strata_event_unregister returns, the callback is not running and will not run again
+ * (0, or ENOENT for an unknown id). A registration starts the monitor thread even with
+ * background_thread:false. */
+enum {
+  STRATA_EVENT_RESIDENT = 1,
+  STRATA_EVENT_LIMIT_HEADROOM = 2,
+  STRATA_EVENT_SOFT_LIMIT = 3,
+  STRATA_EVENT_PRESSURE = 4
+};
+typedef struct {
+  unsigned kind;          /* STRATA_EVENT_* */
+  unsigned id;            /* the registration's id */
+  int direction;          /* 1: crossed upward (pressure: always 1), -1: back below */
+  unsigned long long level;      /* the level crossed, in bytes of resident memory */
+  unsigned long long resident;   /* strata's resident bytes at the check */
+  unsigned long long limit;      /* limit in force (cgroup or hard_limit), 0 if none */
+  unsigned long long soft_limit; /* 0 if none */
+  unsigned long long purged;     /* pressure: bytes strata purged before the call */
+  unsigned long long stall_us;   /* pressure: microseconds tasks stalled since the last report */
+} strata_event_t;
+typedef void (*strata_event_cb_t)(const strata_event_t *event, void *arg);
+STRATA_EXPORT int strata_event_register(unsigned kind, unsigned long long level, strata_event_cb_t cb, void *arg,
+                                        unsigned *id);
+STRATA_EXPORT int strata_event_unregister(unsigned id);
+
 /* ---- jemalloc's names: exported by the default build (STRATA_OVERRIDE=ON). Define
  * STRATA_PREFIX_ONLY when using a prefixed build, where only the strata_ names exist. */
 #ifndef STRATA_PREFIX_ONLY

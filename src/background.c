@@ -184,14 +184,20 @@ void bg_create_wanted(void) {
     return;
   }
   bg_thread_t *ts = bg_slots_locked();
+  bool started = false;
   if (ts != NULL && __atomic_load_n(&bg_enabled, __ATOMIC_RELAXED)) {
     unsigned n = bg_nslots();
     for (unsigned i = 0; i < n; i++) {
-      if (__atomic_load_n(&ts[i].wanted, __ATOMIC_RELAXED) && !bg_start_locked(&ts[i]))
+      if (__atomic_load_n(&ts[i].wanted, __ATOMIC_RELAXED) && !bg_start_locked(&ts[i])) {
         __atomic_store_n(&ts[i].wanted, false, __ATOMIC_RELAXED);
+        started = true;
+      }
     }
   }
   mtx_unlock(&bg_lock);
+  /* The monitor (pressure, events) comes with the first background thread: a process
+   * that never had pages to decay, or a child that only execs, gets neither. */
+  if (started) ev_start_wanted();
 }
 
 /* The arenas with pages to decay are told again, so that their threads come (back). */

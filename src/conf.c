@@ -27,7 +27,7 @@ opt_t opt = {
     .dirty_decay_ms = 10000, /* jemalloc's default */
     .stats_interval_ms = 10000, /* Prometheus' usual scrape interval is 15 s or more */
     .muzzy_decay_ms = 0,     /* jemalloc 5.3's default */
-    .background_thread = false,
+    .background_thread = true, /* idle processes return memory without tuning; threads start lazily */
     .max_background_threads = 0,
     .thp = THP_DEFAULT,
     .metadata_thp = MTHP_DISABLED,
@@ -37,6 +37,9 @@ opt_t opt = {
     /* 16 MiB: 64 busy threads' worth of a typical cache (256 KiB, wl_nativethreads);
      * a single thread's full cache is far below it, so only thread-heavy programs meet it. */
     .tcache_total_max = (size_t)16 << 20,
+    .soft_limit = 0,
+    .hard_limit = 0,
+    .pressure_purge = true, /* only where the kernel offers PSI triggers, on the monitor thread */
 };
 
 /* The program's options strings (jemalloc's malloc_conf): weak definitions, so that the
@@ -64,7 +67,7 @@ static const char *const known_keys =
     "limit_headroom, stats_print, stats_print_opts, stats_file, stats_interval_ms, stats_metrics_detail, "
     "guard_sample_interval, commit_limit, tcache_total_max, prof, prof_active, prof_thread_active_init, "
     "lg_prof_sample, prof_prefix, lg_prof_interval, prof_gdump, prof_final, prof_leak, prof_accum, "
-    "prof_format, prof_signal";
+    "prof_format, prof_signal, soft_limit, hard_limit, pressure_purge";
 /* jemalloc options a later version of strata implements: accepted and ignored, with a note. */
 static const char *const later_keys[] = {"percpu_arena", "lg_tcache_max", NULL};
 
@@ -342,6 +345,14 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
                "auto (the cgroup memory limit, checked against its usage), off, or bytes >= 1M, e.g. 900M");
         problems++;
       }
+    } else if (key_is(k, klen, "soft_limit") || key_is(k, klen, "hard_limit")) {
+      uint64_t *dst = key_is(k, klen, "soft_limit") ? &o->soft_limit : &o->hard_limit;
+      if (parse_size(v, vlen, (uint64_t)1 << 62, &x) && (x == 0 || x >= ((uint64_t)1 << 20))) {
+        *dst = x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "bytes >= 1M, e.g. 512M or 2G; 0: none");
+        problems++;
+      }
     } else if (key_is(k, klen, "junk")) {
       if (vlen == 4 && memcmp(v, "true", 4) == 0) {
         o->junk = JUNK_ALLOC | JUNK_FREE;
@@ -368,6 +379,7 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
                   : key_is(k, klen, "stats_print")  ? &o->stats_print
                   : key_is(k, klen, "stats_metrics_detail") ? &o->stats_metrics_detail
                   : key_is(k, klen, "background_thread") ? &o->background_thread
+                  : key_is(k, klen, "pressure_purge") ? &o->pressure_purge
                                                     : NULL;
       if (dst) {
         if (parse_bool(v, vlen, &b)) {
@@ -411,7 +423,7 @@ static const char *env_get(const char *name, char *buf, size_t cap) {
 }
 
 void conf_print(const opt_t *o) {
-  char a[24], b[24], c[24], d[24], e[24], f[24], g[24], h[24], i[24], j[24];
+  char a[24], b[24], c[24], d[24], e[24], f[24], g[24], h[24], i[24], j[24], k[24], l[24];
   static const char *const thp[] = {"default", "always", "never"};
   static const char *const mthp[] = {"disabled", "auto", "always"};
   const char *junk = o->junk == (JUNK_ALLOC | JUNK_FREE) ? "true"
@@ -438,6 +450,8 @@ void conf_print(const opt_t *o) {
                          ",guard_sample_interval:", fmt_u64(h, o->guard_sample_interval),
                          ",commit_limit:", o->commit_limit == COMMIT_AUTO ? "auto" : o->commit_limit ? fmt_u64(i, o->commit_limit) : "off",
                          ",tcache_total_max:", fmt_u64(j, o->tcache_total_max),
+                         ",soft_limit:", fmt_u64(k, o->soft_limit), ",hard_limit:", fmt_u64(l, o->hard_limit),
+                         ",pressure_purge:", o->pressure_purge ? "true" : "false",
                          ",confirm_conf:true\n"};
   msg_parts(parts, (int)(sizeof(parts) / sizeof(parts[0])));
 }

@@ -620,6 +620,9 @@ static const ctl_node_t n_opt[] = {
     LEAF_H("background_thread", CT_BOOL, ctl_opt_background_thread, 0, "background purging threads at start"),
     LEAF_H("max_background_threads", CT_SIZE, ctl_opt_max_background_threads, 0, "most background threads"),
     LEAF_H("limit_headroom", CT_SIZE, ctl_opt_limit_headroom, 0, "bytes under the cgroup limit where purging starts (strata)"),
+    LEAF_H("soft_limit", CT_SIZE, ctl_opt_soft_limit, 0, "resident bytes past which everything free is purged, 0 none (strata)"),
+    LEAF_H("hard_limit", CT_SIZE, ctl_opt_hard_limit, 0, "committed bytes allocations may not pass, 0 none (strata)"),
+    LEAF_H("pressure_purge", CT_BOOL, ctl_opt_pressure_purge, 0, "purge at once on kernel memory pressure (strata)"),
     LEAF_H("guard_sample_interval", CT_SIZE, guard_ctl_sample_interval, 0, "1 in N fresh allocations guarded, 0 off (strata)"),
     LEAF_H("tcache_total_max", CT_SIZE, tcache_ctl_total_max, 0, "bytes all thread caches may hold together, 0 no cap (strata)"),
     LEAF_H("prof", CT_BOOL, prof_ctl_opt_prof, 0, "heap profiling"),
@@ -832,6 +835,14 @@ static const ctl_node_t n_stats[] = {
     LEAF_H("tcache_bytes", CT_SIZE, tcache_ctl_bytes, F_BYTES, "bytes all thread caches hold, as last published (live, strata)"),
     LEAF_H("mem_limit", CT_U64, ctl_stats_mem_limit, 0, "cgroup memory limit strata sees, 0 if none (strata)"),
     LEAF_H("mem_limit_purges", CT_U64, ctl_stats_mem_limit_purges, F_COUNTER, "purges of every arena near the limit (strata)"),
+    LEAF_H("soft_limit", CT_U64, ctl_stats_soft_limit, F_BYTES, "soft limit in force, 0 if none (strata)"),
+    LEAF_H("hard_limit", CT_U64, ctl_stats_hard_limit, F_BYTES, "hard limit in force, 0 if none (strata)"),
+    LEAF_H("soft_limit_purges", CT_U64, ctl_stats_soft_limit_purges, F_COUNTER, "purges of every arena past the soft limit (strata)"),
+    LEAF_H("hard_limit_refusals", CT_U64, ctl_stats_hard_limit_refusals, F_COUNTER, "page commits the hard limit refused (strata)"),
+    LEAF_H("pressure_watched", CT_BOOL, ctl_stats_pressure_watched, 0, "the kernel's memory pressure is watched (strata)"),
+    LEAF_H("pressure_events", CT_U64, ctl_stats_pressure_events, F_COUNTER, "memory pressure reports from the kernel (strata)"),
+    LEAF_H("pressure_purged", CT_U64, ctl_stats_pressure_purged, F_COUNTER | F_BYTES, "bytes purged on memory pressure (strata)"),
+    LEAF_H("events_fired", CT_U64, ctl_stats_events_fired, F_COUNTER, "event callbacks run (strata)"),
     IDX("arenas", I_STATS_ARENA, n_sarena_i),
     DIR("mutexes", n_gmutexes),
     END};
@@ -849,6 +860,8 @@ static const ctl_node_t n_root[] = {
     {.name = "prof", .kids = n_prof, .nkids = NKIDS(n_prof), .flags = F_NOPRINT},
     LEAF_H("background_thread", CT_BOOL, ctl_background_thread, 0, "background purging threads are on"),
     LEAF_H("max_background_threads", CT_SIZE, ctl_max_background_threads, 0, "most background threads"),
+    LEAF_H("soft_limit", CT_SIZE, ctl_soft_limit, 0, "resident bytes past which everything free is purged, 0 none (strata)"),
+    LEAF_H("hard_limit", CT_SIZE, ctl_hard_limit, 0, "committed bytes allocations may not pass, 0 none (strata)"),
     /* Rows for other branches go here (see docs/introspection.md, "Adding a name"). */
     END};
 const ctl_node_t ctl_root = DIR("", n_root);

@@ -41,6 +41,12 @@ static bool huge_trim_pending; /* atomic */
 
 int64_t arenas_dirty_decay_ms, arenas_muzzy_decay_ms; /* from opt at init; arenas.*_decay_ms */
 
+/* Resident memory is past the program's soft limit (soft_limit): frees purge at once. */
+static bool soft_over(void) {
+  uint64_t soft = __atomic_load_n(&limit_soft, __ATOMIC_RELAXED);
+  return soft != 0 && mem_resident() >= soft;
+}
+
 uint64_t decay_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts); /* vDSO: no syscall */
@@ -199,6 +205,10 @@ void arena_note_dirty(arena_t *a, uint64_t now) {
   if (a->huge) huge_note(a);
   size_t nd = a->dirty.npages;
   if (nd == 0 && a->muzzy.npages == 0) return;
+  if (unlikely(soft_over())) { /* past the soft limit nothing freed stays: purge after unlocking */
+    __atomic_store_n(&a->purge_pending, true, __ATOMIC_RELAXED);
+    return;
+  }
   int64_t ms = decay_ms(&a->ddecay);
   /* The cap is never below DIRTY_CAP_MIN: under it, no need to work the cap out. */
   bool due = ms == 0 || (nd > DIRTY_CAP_MIN / os_page && nd > dirty_cap(a));
@@ -229,6 +239,12 @@ void arena_maybe_purge(arena_t *a) {
     /* With background threads, the caller purges only what cannot wait: a free storm
      * over the cap, or decay time 0. */
     if (!bg || a->dirty.npages > dirty_cap(a) || decay_ms(&a->ddecay) == 0) decay_arena_locked(a);
+  }
+  if (unlikely(soft_over())) {
+    extent_purge(a, ES_DIRTY, 0, false);
+    extent_purge(a, ES_MUZZY, 0, false);
+    a->ddecay.nunpurged = a->dirty.npages;
+    a->mdecay.nunpurged = a->muzzy.npages;
   }
   if (a->frag_purge) { /* fresh pages taken beside fragmented dirty ones (extent.c) */
     size_t n = a->frag_purge;
@@ -301,8 +317,27 @@ bool limit_due(uint64_t resident, uint64_t limit, uint64_t headroom, uint64_t re
   return resident >= rearm || resident + headroom / 2 >= limit;
 }
 
-static uint64_t resident_bytes(void) {
+uint64_t mem_resident(void) {
   return (uint64_t)__atomic_load_n(&extent_resident_pages, __ATOMIC_RELAXED) * os_page + meta_mapped();
+}
+#define resident_bytes mem_resident
+
+uint64_t limit_effective(void) {
+  uint64_t lim = __atomic_load_n(&os_mem_limit, __ATOMIC_RELAXED);
+  uint64_t hard = __atomic_load_n(&limit_hard, __ATOMIC_RELAXED);
+  return hard && (lim == 0 || hard < lim) ? hard : lim;
+}
+
+/* The soft limit: past it every arena is purged (as near the cgroup limit), and again
+ * each time resident grew by SOFT_STEP of it since, so that a live set above the soft
+ * limit keeps nothing free resident without walking the arenas at every new page. */
+#define SOFT_STEP_SHIFT 6 /* 1/64 of the limit */
+static uint64_t soft_rearm; /* atomic: resident from which the next soft purge is due */
+static bool soft_pending;   /* atomic: the pending limit purge is (also) the soft limit's */
+
+void limit_rearm_reset(void) {
+  __atomic_store_n(&soft_rearm, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&limit_rearm, 0, __ATOMIC_RELAXED);
 }
 
 void limit_check(arena_t *a) {
@@ -319,9 +354,17 @@ void limit_check(arena_t *a) {
       __atomic_compare_exchange_n(&limit_read_ns, &last, now, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     __atomic_store_n(&os_mem_limit, os_mem_limit_read(), __ATOMIC_RELAXED);
   }
-  uint64_t lim = __atomic_load_n(&os_mem_limit, __ATOMIC_RELAXED);
-  if (lim == 0) return;
-  if (limit_due(resident_bytes(), lim, limit_headroom(lim), __atomic_load_n(&limit_rearm, __ATOMIC_RELAXED))) {
+  uint64_t lim = limit_effective(), soft = __atomic_load_n(&limit_soft, __ATOMIC_RELAXED);
+  uint64_t up = __atomic_load_n(&ev_up, __ATOMIC_RELAXED);
+  if (lim == 0 && soft == 0 && up == UINT64_MAX) return;
+  uint64_t res = resident_bytes();
+  ev_note_resident(res);
+  bool due = lim && limit_due(res, lim, limit_headroom(lim), __atomic_load_n(&limit_rearm, __ATOMIC_RELAXED));
+  if (soft && res >= soft && res >= __atomic_load_n(&soft_rearm, __ATOMIC_RELAXED)) {
+    __atomic_store_n(&soft_pending, true, __ATOMIC_RELAXED);
+    due = true;
+  }
+  if (due) {
     __atomic_store_n(&limit_pending, true, __ATOMIC_RELAXED);
     __atomic_store_n(&a->purge_pending, true, __ATOMIC_RELAXED); /* the caller purges after unlocking */
   }
@@ -334,10 +377,18 @@ size_t limit_purge(void) {
     arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
     if (a && !__atomic_load_n(&a->destroyed, __ATOMIC_ACQUIRE)) n += arena_purge_extents(a);
   }
-  uint64_t lim = __atomic_load_n(&os_mem_limit, __ATOMIC_RELAXED);
-  __atomic_store_n(&limit_rearm, resident_bytes() + limit_headroom(lim) / 4, __ATOMIC_RELAXED);
+  uint64_t lim = limit_effective();
   meta_purge();
-  __atomic_fetch_add(&limit_npurges, 1, __ATOMIC_RELAXED);
+  uint64_t res = resident_bytes();
+  if (lim) __atomic_store_n(&limit_rearm, res + limit_headroom(lim) / 4, __ATOMIC_RELAXED);
+  if (__atomic_exchange_n(&soft_pending, false, __ATOMIC_RELAXED)) {
+    uint64_t soft = __atomic_load_n(&limit_soft, __ATOMIC_RELAXED);
+    __atomic_store_n(&soft_rearm, res >= soft ? res + (soft >> SOFT_STEP_SHIFT) : soft, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&limit_soft_npurges, 1, __ATOMIC_RELAXED);
+  } else {
+    __atomic_fetch_add(&limit_npurges, 1, __ATOMIC_RELAXED);
+  }
+  ev_note_resident(res);
   return n;
 }
 

@@ -871,6 +871,11 @@ size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool lazy) {
       eset_remove(es, e);
       lru_remove(es, e);
       e->state = ES_PURGING;
+      /* Forced purges give their commitment back before the madvise: an allocation
+       * that meets the commit budget (commit_or_purge) while this batch is in flight
+       * on another thread (a background thread) must not fail for pages on their way
+       * out. */
+      if (!lazy) os_decommit(e->size);
       e->lru_next = batch;
       batch = e;
       n++;
@@ -902,7 +907,6 @@ size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool lazy) {
       }
       a->npurged += e->size / os_page;
       __atomic_fetch_sub(&extent_resident_pages, e->size / os_page, __ATOMIC_RELAXED);
-      os_decommit(e->size);
       if (opt.retain) {
         e->zeroed = 1;
         extent_insert_free(a, e, ES_RETAINED);
@@ -912,6 +916,7 @@ size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool lazy) {
       }
     }
   }
+  if (purged) ev_note_resident(mem_resident()); /* a level crossed downward (events.c) */
   return purged;
 }
 

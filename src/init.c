@@ -45,6 +45,8 @@ bool strata_init(void) {
   conf_init();
   arenas_dirty_decay_ms = opt.dirty_decay_ms;
   arenas_muzzy_decay_ms = opt.muzzy_decay_ms;
+  limit_soft = opt.soft_limit;
+  limit_hard = opt.hard_limit;
   prof_boot();
   sz_init();
   meta_pool_init(META_POOL_EDATA, sizeof(edata_t));
@@ -132,6 +134,7 @@ static void fork_child(void) {
   fork_locks(op_reinit, true);
   meta_postfork_child();
   bg_postfork_child();
+  ev_postfork_child();
   prof_postfork(true);
   /* Only the forking thread exists in the child: other threads' caches stay allocated
    * (their regions are lost to the child, as with every allocator) but are unlisted so

@@ -595,6 +595,28 @@ HIDDEN void limit_check(arena_t *a); /* elock held: pages just became resident *
 HIDDEN size_t limit_purge(void);     /* no lock held: purge every arena now; pages */
 HIDDEN extern uint64_t limit_npurges; /* atomic: stats.mem_limit_purges */
 HIDDEN extern bool limit_pending;     /* atomic */
+HIDDEN uint64_t mem_resident(void);   /* bytes of extent pages that may be resident + metadata */
+/* The limit in force: the cgroup's or hard_limit, the lower (0: none). */
+HIDDEN uint64_t limit_effective(void);
+HIDDEN void limit_rearm_reset(void);  /* a limit changed: the next check may purge at once */
+
+/* ------------------------------------------------------------------ events.c */
+/* The program's limits (soft_limit, hard_limit: bytes, 0 none), the kernel's memory
+ * pressure and the callbacks of strata.h's strata_event_register, served by one monitor
+ * thread. Allocator paths only compare resident bytes with two armed levels. */
+HIDDEN extern uint64_t limit_soft, limit_hard; /* atomic */
+HIDDEN extern uint64_t limit_hard_nfails;      /* atomic: commits the hard limit refused */
+HIDDEN extern uint64_t limit_soft_npurges;     /* atomic */
+HIDDEN extern uint64_t ev_up, ev_down;         /* atomic: armed levels (UINT64_MAX, 0: none) */
+HIDDEN void ev_kick(void);                     /* wake the monitor (a write to its eventfd) */
+static inline void ev_note_resident(uint64_t resident) {
+  if (unlikely(resident >= __atomic_load_n(&ev_up, __ATOMIC_RELAXED) ||
+               resident < __atomic_load_n(&ev_down, __ATOMIC_RELAXED)))
+    ev_kick();
+}
+HIDDEN void ev_start_wanted(void);  /* bg_create_wanted: the monitor if pressure or callbacks want it */
+HIDDEN void ev_postfork_child(void);
+HIDDEN uint64_t mem_purge_all(void); /* every arena's free pages, spare slabs, metadata; bytes */
 static inline unsigned edata_arena_ind(const edata_t *e) { return (unsigned)e->arena_id - 1; }
 static inline arena_t *arena_of(const edata_t *e) { return arenas[edata_arena_ind(e)]; }
 
@@ -783,6 +805,9 @@ typedef struct {
   size_t commit_limit;       /* os.c: bytes of active + dirty pages; 0 off; COMMIT_AUTO */
 #define COMMIT_AUTO SIZE_MAX /* the cgroup memory limit less a headroom, if there is one */
   size_t tcache_total_max;   /* bytes all thread caches may hold together; 0: no cap */
+  uint64_t soft_limit;       /* events.c: resident bytes past which strata purges everything; 0 none */
+  uint64_t hard_limit;       /* events.c: committed bytes allocations may not pass; 0 none */
+  bool pressure_purge;       /* events.c: purge at once when the kernel reports memory stalls */
 } opt_t;
 HIDDEN extern opt_t opt;
 HIDDEN void conf_init(void);
@@ -892,6 +917,10 @@ HIDDEN ctl_handler_t ctl_arena_decay, ctl_arena_purge, ctl_arena_dirty_decay_ms,
 HIDDEN ctl_handler_t ctl_background_thread, ctl_max_background_threads, ctl_opt_background_thread,
     ctl_opt_max_background_threads, ctl_opt_thp, ctl_opt_metadata_thp, ctl_stats_bg_num_threads,
     ctl_stats_bg_num_runs, ctl_stats_bg_run_interval;
+/* events.c */
+HIDDEN ctl_handler_t ctl_soft_limit, ctl_hard_limit, ctl_opt_soft_limit, ctl_opt_hard_limit, ctl_opt_pressure_purge,
+    ctl_stats_soft_limit, ctl_stats_hard_limit, ctl_stats_soft_limit_purges, ctl_stats_hard_limit_refusals,
+    ctl_stats_pressure_events, ctl_stats_pressure_purged, ctl_stats_events_fired, ctl_stats_pressure_watched;
 /* Per-arena page counts for the stats code (elock taken inside). */
 HIDDEN void arena_page_counts(arena_t *a, size_t *ndirty, size_t *nmuzzy);
 

@@ -233,8 +233,26 @@ static bool commit_fits_cgroup(size_t bytes) {
 
 /* The count is kept whatever the budget, so that a limit that appears later (a
  * container resized while it runs) starts from the truth. */
+/* The program's hard limit (hard_limit) bounds the same count. Commits of at most
+ * HARD_SMALL (a slab, a small large block) may pass it by a margin, 1/32 of the limit
+ * (at least 1 MiB), so that code refused a big block can still unwind, log and free.
+ * Callers purge dirty pages and retry before they give up (extent.c, commit_or_purge). */
+#define HARD_SMALL ((size_t)256 << 10)
+static bool hard_refuses(size_t now, size_t bytes) {
+  uint64_t hard = __atomic_load_n(&limit_hard, __ATOMIC_RELAXED);
+  if (likely(hard == 0) || now <= hard) return false;
+  uint64_t margin = hard / 32 > ((uint64_t)1 << 20) ? hard / 32 : (uint64_t)1 << 20;
+  if (bytes <= HARD_SMALL && now <= hard + margin) return false;
+  __atomic_fetch_add(&limit_hard_nfails, 1, __ATOMIC_RELAXED);
+  return true;
+}
+
 bool os_commit(size_t bytes) {
   size_t now = __atomic_add_fetch(&os_committed, bytes, __ATOMIC_RELAXED);
+  if (unlikely(hard_refuses(now, bytes))) {
+    __atomic_sub_fetch(&os_committed, bytes, __ATOMIC_RELAXED);
+    return true;
+  }
   size_t budget = commit_budget();
   if (likely(budget == 0) || (now <= budget && now >= bytes)) return false;
   if (opt.commit_limit == COMMIT_AUTO && commit_fits_cgroup(bytes)) return false;
