@@ -449,13 +449,27 @@ EXPORT void *strata_malloc(size_t size) {
  * anything else through idalloc. Out of line and a tail call, so that free_slow's
  * registers stay as they were for its other callers (full bins of small classes: the
  * producer/consumer figure). */
+/* Whether the calling thread's cache holds large block p (class ind) already: a large
+ * block's tag is no proof of a free (see below), so its list is walked, at most tbin_max
+ * links (8 or fewer for large classes). */
+static bool tcache_holds_large(tsd_t *tsd, szind_t ind, const void *p) {
+  if (ind >= tcache_nbins || tsd->state != TSD_ACTIVE) return false;
+  const tbin_t *b = &tsd->tcache->bins[ind];
+  const void *q = b->head;
+  for (uint32_t n = tbin_count(b, ind); q != NULL && n > 0; n--) {
+    if (q == p) return true;
+    q = link_next(q, ind);
+  }
+  return false;
+}
+
 static NOINLINE void free_slow_large(void *p, edata_t *ed, szind_t ind, bool use_tcache, int saved) {
   tsd_t *tsd = &strata_tsd;
   if (ind < tcache_nbins && use_tcache && tsd->state == TSD_ACTIVE && !tsd->reentrant && !tsd->in_hook &&
       !__atomic_load_n(&prof_on, __ATOMIC_RELAXED) && !(opt.junk & JUNK_FREE) && ed->arena_id != GUARD_ARENA &&
       !arena_ind_is_user(edata_arena_ind(ed))) {
     tbin_t *b = &tsd->tcache->bins[ind];
-    if (unlikely(p == b->head)) strata_invalid_free("free", p);
+    if (unlikely(TAG_WORD(p) == TAG_OF(p)) && tcache_holds_large(tsd, ind, p)) strata_invalid_free("free", p);
     if (likely(b->avail != 0)) {
       tsd->deallocated += sz_size[ind];
       LINK_SET(p, b->head);
@@ -544,15 +558,17 @@ int prof_entry_patch(void) {
 #endif
 }
 
-static NOINLINE void free_slow(void *p, bool use_tcache) {
+/* func: the call the program made, for the report ("free", "dallocx"). */
+static NOINLINE void free_slow(void *p, bool use_tcache, const char *func) {
   if (p == NULL) return;
   int saved = errno;
   szind_t ind;
-  edata_t *ed = lookup_owned(p, &ind, "free");
+  edata_t *ed = lookup_owned(p, &ind, func);
   if (ind > SZ_NSMALL) {
     free_slow_large(p, ed, ind, use_tcache, saved);
     return;
   }
+  if (unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free(func, p); /* freed twice */
   idalloc(&strata_tsd, p, ed, ind, use_tcache);
   errno = saved;
 }
@@ -612,7 +628,15 @@ EXPORT void strata_free(void *p) {
      * and foreign pages all take the slow path, which validates. */
     if (likely(free_fast(p, leaf, j, __atomic_load_n(&leaf[j], __ATOMIC_RELAXED)))) return;
   }
-  free_slow(p, true);
+  free_slow(p, true, "free");
+}
+
+/* dallocx(p, 0): free's fast path, with its own name in reports. */
+static void dallocx_default(void *p) {
+  size_t j;
+  const uint64_t *leaf = free_leaf(p, &j);
+  if (likely(leaf != NULL) && likely(free_fast(p, leaf, j, __atomic_load_n(&leaf[j], __ATOMIC_RELAXED)))) return;
+  free_slow(p, true, "dallocx");
 }
 
 /* ---------------------------------------------------------------- sized frees */
@@ -682,7 +706,8 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
   szind_t old_ind;
   edata_t *ed = lookup_owned(p, &old_ind, func);
   /* A small block that carries its free tag was freed: reported as this call's misuse. */
-  if (old_ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free(func, p);
+  if (unlikely(TAG_WORD(p) == TAG_OF(p)) && (old_ind <= SZ_NSMALL || tcache_holds_large(tsd, old_ind, p)))
+    strata_invalid_free(func, p);
   size_t old_usize = sz_size[old_ind];
   size_t usize = align ? sz_sa2u(size, align) : (sz_size2index(size) ? sz_size[sz_size2index(size)] : 0);
   if (usize == 0) return NULL;
@@ -1027,9 +1052,9 @@ EXPORT void strata_dallocx(void *p, int flags) {
       errno = saved;
     }
   } else if (FLAG_TCACHE(flags) == 1) {
-    free_slow(p, false);
+    free_slow(p, false, "dallocx");
   } else {
-    strata_free(p);
+    dallocx_default(p);
   }
 }
 
