@@ -707,14 +707,14 @@ HIDDEN extern unsigned tcache_nbins_malloc;
  * holds it (glibc's safe-linking, with a 64-bit secret instead of ASLR's bits), so an
  * overflow that writes an address over a freed neighbour's link decodes to noise. A
  * decoded link is followed only when it is NULL or a canonical user address (below
- * 2^47): noise passes with probability 2^-17, and the slow paths also check that it is
- * a region of the same class. The free fast path pays one xor (its tag is the mask),
- * malloc two xors and a range test in place of its NULL test.
+ * 2^47) aligned as its class's regions (link_ok; malloc's fast path tests the bin's copy
+ * of the mask): noise passes with probability 2^-21 or less, a one-byte change unless it
+ * keeps the alignment (init.c fixes the key's low nibble for that), and the flush and
+ * drain walks also check that it is a region start of the same class. The free fast
+ * path pays one xor (its tag is the mask), malloc two xors, a NULL test and a mask test.
  */
 #define LINK_SET(slot, next) (*(uintptr_t *)(slot) = (uintptr_t)(next) ^ TAG_OF(slot))
 #define LINK_DEC(slot) ((void *)(*(const uintptr_t *)(slot) ^ TAG_OF(slot)))
-/* NULL or canonical user space (the malloc fast path also rules out NULL in one test). */
-static inline bool link_plausible(const void *p) { return ((uintptr_t)p >> 47) == 0; }
 /* NULL, or canonical and aligned as a region of class ind must be: a one-byte change to
  * a link (an off-by-one write from the neighbour, a use after free of its low byte) moves
  * the decoded pointer off the alignment unless the change is a multiple of it. */
