@@ -644,7 +644,7 @@ static void dallocx_default(void *p) {
  * alignment) must name the block's class, as nallocx would compute it. The fast path
  * compares the class the rtree entry gives with the size's class from the table it
  * already reads for malloc: one load and one compare more than free(). Everything else
- * (large blocks, aligned ones, sizes above 14 KiB) is checked on the slow path, where the
+ * (other large blocks, aligned ones, sizes above 16 KiB) is checked on the slow path, where the
  * block's class is known from its lookup. A mismatch is reported with the address. */
 static NOINLINE void sized_free_slow(void *p, size_t size, size_t align, bool use_tcache,
                                      const char *func) {
@@ -663,9 +663,11 @@ static NOINLINE void sized_free_slow(void *p, size_t size, size_t align, bool us
 static inline void free_sized_impl(void *p, size_t size, const char *func) {
   size_t j;
   const uint64_t *leaf = free_leaf(p, &j);
-  if (likely(leaf != NULL && size <= SZ_LOOKUP_MAX)) {
+  if (likely(leaf != NULL && size <= SZ_MALLOC_FAST_MAX)) {
     uint64_t e = __atomic_load_n(&leaf[j], __ATOMIC_RELAXED);
-    if (likely(rt_field(e) == sz_lookup_read(size) * TBIN_SIZE) && likely(free_fast(p, leaf, j, e))) return;
+    /* malloc's table gives the size's bin offset, the page map's field the block's: one
+     * compare (with prof:true the table is all 0, and sized frees take the slow path). */
+    if (likely(rt_field(e) == sz_malloc_lookup_read(size)) && likely(free_fast(p, leaf, j, e))) return;
   }
   sized_free_slow(p, size, 0, true, func);
 }
