@@ -587,12 +587,13 @@ static inline bool free_fast(void *p, const uint64_t *leaf, size_t j, uint64_t e
   /* One imul from memory into a copy of p: gcc otherwise loads c32 into a register first
    * and moves the product (two instructions more on every free). */
   __asm__("imull %1, %0" : "+r"(start) : "m"(b->c32));
-  /* The word's low half, a sub from memory (indexed as the entry: no slot address). */
-  start -= ((const uint32_t *)(leaf + RT_LEAF_SIZE))[2 * j];
 #else
   start *= b->c32;
-  start -= (uint32_t)*rtree_chk(&leaf[j]);
 #endif
+  /* A sub from memory, indexed as the entry (no slot address). A plain read (an atomic
+   * one would not fold into the sub): the block's owner wrote the word before the block
+   * could reach this thread, and nobody writes it while the block is live. */
+  start -= rtree_chk(leaf, j);
   uintptr_t tag = TAG_OF(p);
   if (likely(b->avail != 0 && start < b->c32 && TAG_WORD(p) != tag)) {
     TAG_WORD(p) = tag;

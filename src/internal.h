@@ -250,8 +250,10 @@ HIDDEN extern void (*rtree_purge_test_hook)(void *pages, size_t n); /* unit test
 #define rt_edata(e) ((edata_t *)(uintptr_t)((e) & RT_PTR_MASK))
 #define rt_make(ed, ind, slab) \
   (((uint64_t)(ind) * TBIN_SIZE << RT_SZ_SHIFT) | (uint64_t)(uintptr_t)(ed) | ((slab) ? RT_SLAB : 0))
-/* The check word of the entry at slot (see above). */
-#define rtree_chk(slot) ((slot) + RT_LEAF_SIZE)
+/* The check word of entry j of a leaf (see above): 32 bits in an 8-byte slot of the second
+ * half, so that it sits at the entry's index (one addressing mode for both), always read
+ * and written as uint32_t. */
+#define rtree_chk(leaf, j) (((uint32_t *)((leaf) + RT_LEAF_SIZE))[2 * (j)])
 /* Check words of n granules from a, whose entries were just made non-zero (so that their
  * leaf page cannot be purged under the store). */
 HIDDEN void rtree_write_chk(uintptr_t a, size_t n, uint32_t chk);

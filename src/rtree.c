@@ -126,9 +126,10 @@ void rtree_write_range(uintptr_t a, size_t n, uint64_t v) {
 
 void rtree_write_chk(uintptr_t a, size_t n, uint32_t chk) {
   for (; n; n--, a += GRAN) {
-    uint64_t *s = rtree_slot(a);
-    sassert(s != NULL && __atomic_load_n(s, __ATOMIC_RELAXED) != 0);
-    __atomic_store_n(rtree_chk(s), chk, __ATOMIC_RELAXED);
+    uint64_t *leaf = __atomic_load_n(&rtree_l1[a >> (LG_GRAN + RT_LG_LEAF)], __ATOMIC_ACQUIRE);
+    size_t j = (a >> LG_GRAN) & (RT_LEAF_SIZE - 1);
+    sassert(leaf != NULL && __atomic_load_n(&leaf[j], __ATOMIC_RELAXED) != 0);
+    __atomic_store_n(&rtree_chk(leaf, j), chk, __ATOMIC_RELAXED);
   }
 }
 
@@ -172,7 +173,7 @@ size_t rtree_purge(void) {
       }
       if (unlikely(rtree_purge_test_hook != NULL)) rtree_purge_test_hook((char *)leaf + p * os_page, q - p);
       os_purge((char *)leaf + p * os_page, (q - p) * os_page);
-      os_purge((char *)rtree_chk(leaf) + p * os_page, (q - p) * os_page);
+      os_purge((char *)(leaf + RT_LEAF_SIZE) + p * os_page, (q - p) * os_page);
       for (size_t k = p; k < q; k++) __atomic_fetch_add(&cnt[k], RT_CNT_CLEAN - RT_CNT_PURGING, __ATOMIC_ACQ_REL);
       __atomic_fetch_add(&rtree_clean_pages, q - p, __ATOMIC_RELAXED);
       mtx_unlock(&rtree_lock);
