@@ -439,18 +439,8 @@ EXPORT void *strata_malloc(size_t size) {
   return malloc_slow(size);
 }
 
-/* free_slow for a large class. A cached one (16-32 KiB by default) has its class in its
- * first page-map entry (large_rt_ind, arena.c) and free()'s fast path pushes it; it gets
- * here when that push was refused (a full bin, a thread without its cache, a block still
- * carrying its free tag: freed twice, or a stale tag from an earlier life at that address,
- * which is why the tag is no proof here) or when its entry has class 0 (prof:true, user
- * arenas, a block made before the cache was booted). It goes into the thread's bin when it
- * has room, without idalloc's other cases; a block that is the bin's head is freed twice;
- * anything else through idalloc. Out of line and a tail call, so that free_slow's
- * registers stay as they were for its other callers (full bins of small classes: the
- * producer/consumer figure). */
 /* Whether the calling thread's cache holds large block p (class ind) already: a large
- * block's tag is no proof of a free (see below), so its list is walked, at most tbin_max
+ * block's tag is no proof of a free (free_slow_large), so its list is walked, at most tbin_max
  * links (8 or fewer for large classes). */
 static bool tcache_holds_large(tsd_t *tsd, szind_t ind, const void *p) {
   if (ind >= tcache_nbins || tsd->state != TSD_ACTIVE) return false;
@@ -463,6 +453,16 @@ static bool tcache_holds_large(tsd_t *tsd, szind_t ind, const void *p) {
   return false;
 }
 
+/* free_slow for a large class. A cached one (16-32 KiB by default) has its class in its
+ * first page-map entry (large_rt_ind, arena.c) and free()'s fast path pushes it; it gets
+ * here when that push was refused (a full bin, a thread without its cache, a block still
+ * carrying its free tag: freed twice, or a stale tag from an earlier life at that address,
+ * which is why the tag is no proof here) or when its entry has class 0 (prof:true, user
+ * arenas, a block made before the cache was booted). It goes into the thread's bin when it
+ * has room, without idalloc's other cases; a block that is the bin's head is freed twice;
+ * anything else through idalloc. Out of line and a tail call, so that free_slow's
+ * registers stay as they were for its other callers (full bins of small classes: the
+ * producer/consumer figure). */
 static NOINLINE void free_slow_large(void *p, edata_t *ed, szind_t ind, bool use_tcache, int saved) {
   tsd_t *tsd = &strata_tsd;
   if (ind < tcache_nbins && use_tcache && tsd->state == TSD_ACTIVE && !tsd->reentrant && !tsd->in_hook &&
@@ -573,8 +573,8 @@ static NOINLINE void free_slow(void *p, bool use_tcache, const char *func) {
   errno = saved;
 }
 
-/* The free fast path's push: true when p went into the thread cache. e is p's rtree entry
- * at slot, whose class field is the bin's offset (0 unless p is in a slab or starts a
+/* The free fast path's push: true when p went into the thread cache. e is p's page-map
+ * entry (entry j of leaf), whose class field is the bin's offset (0 unless p is in a slab or starts a
  * cached large block; bin 0 never has room). */
 static inline bool free_fast(void *p, const uint64_t *leaf, size_t j, uint64_t e) {
   tbin_t *b = (tbin_t *)((char *)strata_tsd.tcache + rt_field(e));
@@ -708,7 +708,8 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
                       arena_t *explicit, const char *func) {
   szind_t old_ind;
   edata_t *ed = lookup_owned(p, &old_ind, func);
-  /* A small block that carries its free tag was freed: reported as this call's misuse. */
+  /* Freed already (a small block with its tag; a large one in this thread's cache): reported
+   * as this call's misuse. */
   if (unlikely(TAG_WORD(p) == TAG_OF(p)) && (old_ind <= SZ_NSMALL || tcache_holds_large(tsd, old_ind, p)))
     strata_invalid_free(func, p);
   size_t old_usize = sz_size[old_ind];
