@@ -117,7 +117,7 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
       tbin_t *b = &tc->bins[ind];
       p = b->head;
       if (p) {
-        if (unlikely(!link_plausible(p))) strata_heap_corruption(p, ind);
+        if (unlikely(!link_ok(p, ind))) strata_heap_corruption(p, ind);
         b->head = LINK_DEC(p);
         b->avail++;
       } else {
@@ -236,6 +236,10 @@ static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void 
   }
   tsd->reentrant = 1;
   if (ind <= SZ_NSMALL) {
+    /* Tagged as a cached region is: a second free of it, by any thread, before a malloc
+     * hands it out again finds the tag and is reported (a thread whose first call is
+     * this free, an uncached thread, a user arena's block). */
+    TAG_WORD(p) = TAG_OF(p);
     bin_dalloc_batch(arena_of(ed), ind, &p, 1);
   } else {
     arena_large_dalloc(ed);
@@ -349,7 +353,7 @@ static NOINLINE void *malloc_prof(size_t size) {
     size_t ind = __atomic_load_n(&sz_prof_ind[(size + 7) >> 3], __ATOMIC_RELAXED);
     tbin_t *b = &strata_tsd.tcache->bins[ind];
     void *p = b->head;
-    if (likely((((uintptr_t)p - 1) >> 47) == 0)) {
+    if (likely(p != NULL && ((uintptr_t)p & b->link_mask) == 0)) {
       /* nmalloc, biased by the class's countdown (prof_class_take), stays negative until
        * the pop that holds the class's sampling point: the increment's sign flag is the test. */
       int64_t n = (int64_t)b->nmalloc + 1;
@@ -381,7 +385,7 @@ static NOINLINE void *malloc_slow(size_t size) {
       tbin_t *b = &strata_tsd.tcache->bins[ind];
       void *p = b->head;
       if (likely(p != NULL)) {
-        if (unlikely(!link_plausible(p))) strata_heap_corruption(p, ind);
+        if (unlikely(!link_ok(p, ind))) strata_heap_corruption(p, ind);
         b->head = LINK_DEC(p);
         b->avail++;
         TAG_WORD(p) = 0; /* allocated: untagged (free()'s fast path tags large classes too) */
@@ -404,13 +408,27 @@ static NOINLINE void *malloc_slow(size_t size) {
   return malloc_general(size);
 }
 
+/* (p & *mask) == 0, as one test of p against the bin's word (gcc otherwise copies p and
+ * ands it: one instruction more on every malloc). */
+static inline bool link_fits(const void *p, const uint64_t *mask) {
+#if defined(__x86_64__)
+  bool zero;
+  __asm__("testq %2, %1" : "=@ccz"(zero) : "r"(p), "m"(*mask));
+  return zero;
+#else
+  return ((uintptr_t)p & *mask) == 0;
+#endif
+}
+
 EXPORT void *strata_malloc(size_t size) {
   if (likely(size <= SZ_MALLOC_FAST_MAX)) {
-    size_t ind = sz_malloc_lookup_read(size); /* all 0 with prof:true: to malloc_prof */
-    tbin_t *b = &strata_tsd.tcache->bins[ind];
+    size_t off = sz_malloc_lookup_read(size); /* all 0 with prof:true: to malloc_prof */
+    tbin_t *b = (tbin_t *)((char *)strata_tsd.tcache + off);
     void *p = b->head;
-    /* Not NULL and canonical: a corrupted link decodes to noise, which fails this. */
-    if (likely((((uintptr_t)p - 1) >> 47) == 0)) {
+    /* Not NULL, canonical and aligned as the class's regions: a corrupted link decodes to
+     * noise or, changed in a byte, off the alignment, which fails this; malloc_slow
+     * reports it (ialloc). */
+    if (likely(p != NULL) && likely(link_fits(p, &b->link_mask))) {
       b->head = LINK_DEC(p);
       TAG_WORD(p) = 0; /* allocated: untagged */
       b->avail++;
@@ -419,6 +437,20 @@ EXPORT void *strata_malloc(size_t size) {
     }
   }
   return malloc_slow(size);
+}
+
+/* Whether the calling thread's cache holds large block p (class ind) already: a large
+ * block's tag is no proof of a free (free_slow_large), so its list is walked, at most tbin_max
+ * links (8 or fewer for large classes). */
+static bool tcache_holds_large(tsd_t *tsd, szind_t ind, const void *p) {
+  if (ind >= tcache_nbins || tsd->state != TSD_ACTIVE) return false;
+  const tbin_t *b = &tsd->tcache->bins[ind];
+  const void *q = b->head;
+  for (uint32_t n = tbin_count(b, ind); q != NULL && n > 0; n--) {
+    if (q == p) return true;
+    q = link_next(q, ind);
+  }
+  return false;
 }
 
 /* free_slow for a large class. A cached one (16-32 KiB by default) has its class in its
@@ -437,7 +469,7 @@ static NOINLINE void free_slow_large(void *p, edata_t *ed, szind_t ind, bool use
       !__atomic_load_n(&prof_on, __ATOMIC_RELAXED) && !(opt.junk & JUNK_FREE) && ed->arena_id != GUARD_ARENA &&
       !arena_ind_is_user(edata_arena_ind(ed))) {
     tbin_t *b = &tsd->tcache->bins[ind];
-    if (unlikely(p == b->head)) strata_invalid_free("free", p);
+    if (unlikely(TAG_WORD(p) == TAG_OF(p)) && tcache_holds_large(tsd, ind, p)) strata_invalid_free("free", p);
     if (likely(b->avail != 0)) {
       tsd->deallocated += sz_size[ind];
       LINK_SET(p, b->head);
@@ -526,49 +558,86 @@ int prof_entry_patch(void) {
 #endif
 }
 
-static NOINLINE void free_slow(void *p, bool use_tcache) {
+/* func: the call the program made, for the report ("free", "dallocx"). */
+static NOINLINE void free_slow(void *p, bool use_tcache, const char *func) {
   if (p == NULL) return;
   int saved = errno;
   szind_t ind;
-  edata_t *ed = lookup_owned(p, &ind, "free");
+  edata_t *ed = lookup_owned(p, &ind, func);
   if (ind > SZ_NSMALL) {
     free_slow_large(p, ed, ind, use_tcache, saved);
     return;
   }
+  if (unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free(func, p); /* freed twice */
   idalloc(&strata_tsd, p, ed, ind, use_tcache);
   errno = saved;
 }
 
-/* The free fast path's push: true when p went into the thread cache. ind is the class the
- * rtree entry gives (0 unless p is in a slab; bin 0 never has room). */
-static inline bool free_fast(void *p, size_t ind) {
-  tbin_t *b = &strata_tsd.tcache->bins[ind];
-  /* A pointer off its class's natural alignment cannot be a region start; a region
-   * that already carries its free tag is freed twice: both go to the slow path,
+/* The free fast path's push: true when p went into the thread cache. e is p's page-map
+ * entry (entry j of leaf), whose class field is the bin's offset (0 unless p is in a slab or starts a
+ * cached large block; bin 0 never has room). */
+static inline bool free_fast(void *p, const uint64_t *leaf, size_t j, uint64_t e) {
+  tbin_t *b = (tbin_t *)((char *)strata_tsd.tcache + rt_field(e));
+  /* p must be a region start: (p - base) x c32 mod 2^32 < c32, base x c32 being the
+   * granule's check word (internal.h, rtree_chk): exact for every class and offset. A
+   * region that already carries its free tag is freed twice. Both go to the slow path,
    * which reports them. */
+  uint32_t start = (uint32_t)(uintptr_t)p;
+#if defined(__x86_64__)
+  /* One imul from memory into a copy of p: gcc otherwise loads c32 into a register first
+   * and moves the product (two instructions more on every free). */
+  __asm__("imull %1, %0" : "+r"(start) : "m"(b->c32));
+#else
+  start *= b->c32;
+#endif
+  /* A sub from memory, indexed as the entry (no slot address). A plain read (an atomic
+   * one would not fold into the sub): the block's owner wrote the word before the block
+   * could reach this thread, and nobody writes it while the block is live. */
+  start -= rtree_chk(leaf, j);
   uintptr_t tag = TAG_OF(p);
-  if (likely(b->avail != 0 && ((uintptr_t)p & b->align_mask) == 0 && TAG_WORD(p) != tag)) {
+  if (likely(b->avail != 0 && start < b->c32 && TAG_WORD(p) != tag)) {
     TAG_WORD(p) = tag;
     *(uintptr_t *)p = (uintptr_t)b->head ^ tag; /* LINK_SET(p, b->head): the tag is the mask */
     b->head = p;
+#if defined(__x86_64__)
+    __asm__("subl $1, %0" : "+m"(b->avail)); /* in memory: gcc would keep avail in a register (+1) */
+#else
     b->avail--;
+#endif
     b->ndalloc++;
     return true;
   }
   return false;
 }
 
+/* rtree_slot's lookup, as the leaf and the index in it (free_fast reads two words at that
+ * index); NULL when p is outside the map. */
+static inline const uint64_t *free_leaf(const void *p, size_t *j) {
+  size_t i = (uintptr_t)p >> (LG_GRAN + RT_LG_LEAF);
+  if (unlikely(i >= RT_L1_SIZE)) return NULL;
+  *j = ((uintptr_t)p >> LG_GRAN) & (RT_LEAF_SIZE - 1);
+  return __atomic_load_n(&rtree_l1[i], __ATOMIC_ACQUIRE);
+}
+
 EXPORT void strata_free(void *p) {
-  uint64_t *slot = rtree_slot((uintptr_t)p);
-  if (likely(slot != NULL)) {
+  size_t j;
+  const uint64_t *leaf = free_leaf(p, &j);
+  if (likely(leaf != NULL)) {
     /* The entry's class is 0 unless p is in a slab or starts a large block free() may
-     * cache (arena.c, large_rt_ind: whose bin's alignment is a page, and whose other
-     * entries read 0), and bin 0 never has room: other large blocks, free extents and
-     * foreign pages all take the slow path, which validates. */
-    size_t ind = rt_szind(__atomic_load_n(slot, __ATOMIC_RELAXED));
-    if (likely(free_fast(p, ind))) return;
+     * cache (arena.c, large_rt_ind: whose first granule alone carries it, and whose
+     * other entries read 0), and bin 0 never has room: other large blocks, free extents
+     * and foreign pages all take the slow path, which validates. */
+    if (likely(free_fast(p, leaf, j, __atomic_load_n(&leaf[j], __ATOMIC_RELAXED)))) return;
   }
-  free_slow(p, true);
+  free_slow(p, true, "free");
+}
+
+/* dallocx(p, 0): free's fast path, with its own name in reports. */
+static void dallocx_default(void *p) {
+  size_t j;
+  const uint64_t *leaf = free_leaf(p, &j);
+  if (likely(leaf != NULL) && likely(free_fast(p, leaf, j, __atomic_load_n(&leaf[j], __ATOMIC_RELAXED)))) return;
+  free_slow(p, true, "dallocx");
 }
 
 /* ---------------------------------------------------------------- sized frees */
@@ -576,7 +645,7 @@ EXPORT void strata_free(void *p) {
  * alignment) must name the block's class, as nallocx would compute it. The fast path
  * compares the class the rtree entry gives with the size's class from the table it
  * already reads for malloc: one load and one compare more than free(). Everything else
- * (large blocks, aligned ones, sizes above 14 KiB) is checked on the slow path, where the
+ * (other large blocks, aligned ones, sizes above 16 KiB) is checked on the slow path, where the
  * block's class is known from its lookup. A mismatch is reported with the address. */
 static NOINLINE void sized_free_slow(void *p, size_t size, size_t align, bool use_tcache,
                                      const char *func) {
@@ -587,15 +656,19 @@ static NOINLINE void sized_free_slow(void *p, size_t size, size_t align, bool us
   size_t want = sz_sa2u(size ? size : 1, align);
   if (unlikely(want == 0 || sz_size2index(want) != ind))
     strata_size_mismatch(func, p, size, align, sz_size[ind]);
+  if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free(func, p); /* freed twice */
   idalloc(&strata_tsd, p, ed, ind, use_tcache);
   errno = saved;
 }
 
 static inline void free_sized_impl(void *p, size_t size, const char *func) {
-  uint64_t *slot = rtree_slot((uintptr_t)p);
-  if (likely(slot != NULL && size <= SZ_LOOKUP_MAX)) {
-    size_t ind = rt_szind(__atomic_load_n(slot, __ATOMIC_RELAXED));
-    if (likely(ind == sz_lookup_read(size)) && likely(free_fast(p, ind))) return;
+  size_t j;
+  const uint64_t *leaf = free_leaf(p, &j);
+  if (likely(leaf != NULL && size <= SZ_MALLOC_FAST_MAX)) {
+    uint64_t e = __atomic_load_n(&leaf[j], __ATOMIC_RELAXED);
+    /* malloc's table gives the size's bin offset, the page map's field the block's: one
+     * compare (with prof:true the table is all 0, and sized frees take the slow path). */
+    if (likely(rt_field(e) == sz_malloc_lookup_read(size)) && likely(free_fast(p, leaf, j, e))) return;
   }
   sized_free_slow(p, size, 0, true, func);
 }
@@ -635,6 +708,10 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
                       arena_t *explicit, const char *func) {
   szind_t old_ind;
   edata_t *ed = lookup_owned(p, &old_ind, func);
+  /* Freed already (a small block with its tag; a large one in this thread's cache): reported
+   * as this call's misuse. */
+  if (unlikely(TAG_WORD(p) == TAG_OF(p)) && (old_ind <= SZ_NSMALL || tcache_holds_large(tsd, old_ind, p)))
+    strata_invalid_free(func, p);
   size_t old_usize = sz_size[old_ind];
   size_t usize = align ? sz_sa2u(size, align) : (sz_size2index(size) ? sz_size[sz_size2index(size)] : 0);
   if (usize == 0) return NULL;
@@ -979,9 +1056,9 @@ EXPORT void strata_dallocx(void *p, int flags) {
       errno = saved;
     }
   } else if (FLAG_TCACHE(flags) == 1) {
-    free_slow(p, false);
+    free_slow(p, false, "dallocx");
   } else {
-    strata_free(p);
+    dallocx_default(p);
   }
 }
 

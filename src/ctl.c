@@ -593,7 +593,7 @@ static const ctl_node_t n_config[] = {
     LEAF_C("fill", CT_BOOL, &b_true, "opt.junk and opt.zero are supported"),
     LEAF_C("lazy_lock", CT_BOOL, &b_false, "locks are always taken"),
     LEAF_C("malloc_conf", CT_STR, &str_empty, "built-in options string"),
-    LEAF_C("opt_safety_checks", CT_BOOL, &b_true, "invalid and double frees are always detected"),
+    LEAF_C("opt_safety_checks", CT_BOOL, &b_true, "frees of anything but a live block's start are reported (docs/hardening.md)"),
     LEAF_C("prof", CT_BOOL, &b_true, "heap profiling built in (always: opt.prof turns it on)"),
     LEAF_C("prof_libgcc", CT_BOOL, &b_false, "profiling backtraces by libgcc"),
     LEAF_C("prof_libunwind", CT_BOOL, &b_false, "profiling backtraces by libunwind"),

@@ -151,12 +151,16 @@ static inline uintptr_t last_gran(const edata_t *e) { return e->addr + e->size -
 void extent_register(edata_t *e, unsigned szind, bool slab) {
   if (slab) {
     rtree_write_range(e->addr, e->size / GRAN, rt_make(e, szind, 1));
+    /* free()'s region-start test (internal.h, rtree_chk): base x c, for every granule. */
+    if (szind != 0) rtree_write_chk(e->addr, e->size / GRAN, (uint32_t)(e->addr * bin_info[szind].div_magic));
     return;
   }
   /* Large and free extents: the first entry carries szind, which arena.c gives only a
    * block free() may cache (large_rt_ind); the last one class 0. */
   rtree_write(last_gran(e), rt_make(e, 0, 0));
   rtree_write(e->addr, rt_make(e, szind, 0));
+  /* A cached large class's c32 is 2^20 and its start page-aligned: base x c is 0 mod 2^32. */
+  if (szind != 0) rtree_write_chk(e->addr, 1, 0);
 }
 
 void extent_deregister_interior(edata_t *e) {

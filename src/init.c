@@ -41,7 +41,11 @@ bool strata_init(void) {
   if (syscall(SYS_getrandom, &tcache_key, sizeof(tcache_key), 0) != (long)sizeof(tcache_key)) {
     tcache_key = (uintptr_t)&tcache_key ^ (uintptr_t)decay_now() * 0x9e3779b97f4a7c15u;
   }
-  tcache_key |= 1;
+  /* Low nibble fixed at 0xb: a free block's encoded link then ends in that nibble (its
+   * next and its slot are 16-aligned), so a one-byte write of 0, of a letter, digit or
+   * space other than + K [ k {, or any +-1 change moves the decoded link off its class's
+   * alignment, which malloc checks before it returns it (60 bits of the key stay secret). */
+  tcache_key = (tcache_key & ~(uintptr_t)0xf) | 0xb;
   conf_init();
   arenas_dirty_decay_ms = opt.dirty_decay_ms;
   arenas_muzzy_decay_ms = opt.muzzy_decay_ms;

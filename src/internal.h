@@ -189,12 +189,20 @@ HIDDEN void meta_postfork_child(void);
  * Page map: a 2-level radix tree over 47-bit addresses keyed by 4 KiB granule (fixed,
  * whatever the OS page size, so the shifts are constants). An entry packs
  *   bits 48..63  the size class of a slab granule, 0 for every other entry (large
- *                extents, free extents): the free fast path indexes the thread cache
- *                with it directly, and bin 0 never has room, so no bounds check
+ *                extents, free extents), as the byte offset of the class's bin in a
+ *                thread cache (class x TBIN_SIZE): the free fast path adds it to the
+ *                cache's address directly, and bin 0 never has room, so no bounds check
  *   bits  4..47  edata pointer (16-byte aligned)
  *   bit   0      slab
  * Slabs map every granule; other extents map their first and last granule (for free()
  * and for coalescing with neighbours).
+ * Each entry has a check word at the same index in a parallel array (the leaf's second
+ * 2 MiB, rtree_chk): for a granule whose entry names a class, the low 32 bits of
+ * base x c, base the address of the slab (or large block) and c the class's
+ * region-start multiplier (tbin_t.c32). p is a region start iff
+ * (p x c - chk) mod 2^32 < c (Lemire's divisibility test on p - base; exact while
+ * slab size x region size stays under 2^32, which sz_init checks): free()'s exact
+ * interior-pointer test, one multiply and one compare, its operands already at hand.
  * L1 lives in .bss (1 MiB, untouched pages cost nothing); leaves (2 MiB, 1 GiB of
  * address space each) are mapped on demand and never unmapped; their pages whose entries
  * are all zero are purged in place (rtree_purge).
@@ -240,10 +248,19 @@ HIDDEN extern void (*rtree_purge_test_hook)(void *pages, size_t n); /* unit test
 #define RT_SZ_SHIFT 48
 #define RT_SLAB ((uint64_t)1)
 #define RT_PTR_MASK ((((uint64_t)1) << RT_SZ_SHIFT) - 16)
-#define rt_szind(e) ((unsigned)((e) >> RT_SZ_SHIFT))
+#define TBIN_SIZE 40 /* sizeof(tbin_t), checked there: the entries' class field is in its units */
+#define rt_field(e) ((unsigned)((e) >> RT_SZ_SHIFT)) /* class x TBIN_SIZE */
+#define rt_szind(e) (rt_field(e) / TBIN_SIZE)
 #define rt_edata(e) ((edata_t *)(uintptr_t)((e) & RT_PTR_MASK))
 #define rt_make(ed, ind, slab) \
-  (((uint64_t)(ind) << RT_SZ_SHIFT) | (uint64_t)(uintptr_t)(ed) | ((slab) ? RT_SLAB : 0))
+  (((uint64_t)(ind) * TBIN_SIZE << RT_SZ_SHIFT) | (uint64_t)(uintptr_t)(ed) | ((slab) ? RT_SLAB : 0))
+/* The check word of entry j of a leaf (see above): 32 bits in an 8-byte slot of the second
+ * half, so that it sits at the entry's index (one addressing mode for both), always read
+ * and written as uint32_t. */
+#define rtree_chk(leaf, j) (((uint32_t *)((leaf) + RT_LEAF_SIZE))[2 * (j)])
+/* Check words of n granules from a, whose entries were just made non-zero (so that their
+ * leaf page cannot be purged under the store). */
+HIDDEN void rtree_write_chk(uintptr_t a, size_t n, uint32_t chk);
 
 /* ------------------------------------------------------------------ sizeclass.c */
 /*
@@ -314,12 +331,17 @@ static inline szind_t sz_lookup_read(size_t size) {
  * class. */
 #define SZ_MALLOC_FAST_MAX ((size_t)16384)
 #define SZ_MALLOC_FAST_IND (SZ_NSMALL + 1) /* the class of SZ_MALLOC_FAST_MAX */
-HIDDEN extern uint8_t sz_malloc_lookup[(SZ_MALLOC_FAST_MAX >> 3) + 1];
+HIDDEN extern uint16_t sz_malloc_lookup[(SZ_MALLOC_FAST_MAX >> 3) + 1]; /* class x TBIN_SIZE */
 /* malloc_prof's copy of sz_lookup (filled by sz_init with prof:true). */
 HIDDEN extern uint8_t sz_prof_ind[(SZ_LOOKUP_MAX >> 3) + 1];
-static inline szind_t sz_malloc_lookup_read(size_t size) {
+/* The byte offset of size's bin in a thread cache (class x TBIN_SIZE). */
+static inline size_t sz_malloc_lookup_read(size_t size) {
   return __atomic_load_n(&sz_malloc_lookup[(size + 7) >> 3], __ATOMIC_RELAXED);
 }
+/* Per class (up to the cached ones): the bits a free-list link of that class must have
+ * clear, those above user space (2^47) and those below the class's natural alignment
+ * (capped at a page): a link that decodes to anything else is no region of the class. */
+HIDDEN extern uint64_t sz_link_mask[];
 static inline szind_t sz_size2index(size_t size) {
   if (likely(size <= SZ_LOOKUP_MAX)) return sz_lookup_read(size);
   return sz_size2index_compute(size);
@@ -624,10 +646,15 @@ static inline arena_t *arena_of(const edata_t *e) { return arenas[edata_arena_in
 typedef struct {
   void *head;          /* intrusive LIFO of free regions */
   uint32_t avail;      /* room left: tbin_max[ind] - cached (0 for classes not cached) */
-  uint32_t align_mask; /* natural alignment - 1: a misaligned free is an interior pointer */
+  /* Region-start multiplier: ceil(2^32 / size) (bin_info's div_magic) for small classes,
+   * 2^20 for large ones (whose first granule alone names the class, and whose start is
+   * page-aligned): free() takes p only when (p x c32 - chk) mod 2^32 < c32 (rtree). */
+  uint32_t c32;
   uint64_t nmalloc;    /* fast-path counts, for thread.allocated / deallocated */
   uint64_t ndalloc;
+  uint64_t link_mask;  /* sz_link_mask[class]: malloc pops a head only when it has none set */
 } tbin_t;
+_Static_assert(sizeof(tbin_t) == TBIN_SIZE, "TBIN_SIZE is the rtree class field's unit");
 HIDDEN extern uint32_t tbin_max[];
 static inline uint32_t tbin_count(const tbin_t *b, unsigned ind) { return tbin_max[ind] - b->avail; }
 #define TCACHE_NBINS_MAX 74 /* classes 1..73: up to 8 MiB, jemalloc's tcache_max limit */
@@ -708,19 +735,23 @@ HIDDEN extern unsigned tcache_nbins_malloc;
  * holds it (glibc's safe-linking, with a 64-bit secret instead of ASLR's bits), so an
  * overflow that writes an address over a freed neighbour's link decodes to noise. A
  * decoded link is followed only when it is NULL or a canonical user address (below
- * 2^47): noise passes with probability 2^-17, and the slow paths also check that it is
- * a region of the same class. The free fast path pays one xor (its tag is the mask),
- * malloc two xors and a range test in place of its NULL test.
+ * 2^47) aligned as its class's regions (link_ok; malloc's fast path tests the bin's copy
+ * of the mask): noise passes with probability 2^-21 or less, a one-byte change unless it
+ * keeps the alignment (init.c fixes the key's low nibble for that), and the flush and
+ * drain walks also check that it is a region start of the same class. The free fast
+ * path pays one xor (its tag is the mask), malloc two xors, a NULL test and a mask test.
  */
 #define LINK_SET(slot, next) (*(uintptr_t *)(slot) = (uintptr_t)(next) ^ TAG_OF(slot))
 #define LINK_DEC(slot) ((void *)(*(const uintptr_t *)(slot) ^ TAG_OF(slot)))
-/* NULL or canonical user space (the malloc fast path also rules out NULL in one test). */
-static inline bool link_plausible(const void *p) { return ((uintptr_t)p >> 47) == 0; }
+/* NULL, or canonical and aligned as a region of class ind must be: a one-byte change to
+ * a link (an off-by-one write from the neighbour, a use after free of its low byte) moves
+ * the decoded pointer off the alignment unless the change is a multiple of it. */
+static inline bool link_ok(const void *p, unsigned ind) { return ((uintptr_t)p & sz_link_mask[ind]) == 0; }
 /* The link held by slot (a free region of class ind), checked before anyone follows it;
  * key is tcache_key, passed in so that loops keep it in a register. */
 static inline void *link_next_k(const void *slot, uintptr_t key, unsigned ind) {
   void *n = (void *)(*(const uintptr_t *)slot ^ key ^ (uintptr_t)slot);
-  if (unlikely(!link_plausible(n))) strata_heap_corruption(slot, ind);
+  if (unlikely(!link_ok(n, ind))) strata_heap_corruption(slot, ind);
   return n;
 }
 static inline void *link_next(const void *slot, unsigned ind) { return link_next_k(slot, tcache_key, ind); }

@@ -27,12 +27,15 @@ void (*rtree_purge_test_hook)(void *pages, size_t n); /* tests: runs between cla
 #define RT_CNT_CLEAN 0x20000000u   /* not resident (fresh or purged): nothing to purge */
 #define RT_CNT_MASK 0x0fffffffu
 
+/* Pages of entries; each has a page of check words at the same offset in the second half
+ * (rtree_chk), counted, pinned and purged with it: "a page" below is that pair. */
 static inline size_t leaf_pages(void) { return RT_LEAF_SIZE * sizeof(uint64_t) / os_page; }
-/* The counts follow the leaf's entries in the same mapping. */
-static inline uint32_t *leaf_counts(uint64_t *leaf) { return (uint32_t *)(leaf + RT_LEAF_SIZE); }
+/* The counts follow the leaf's entries and check words in the same mapping. */
+static inline uint32_t *leaf_counts(uint64_t *leaf) { return (uint32_t *)(leaf + 2 * RT_LEAF_SIZE); }
 static inline size_t leaf_map_bytes(void) {
-  return RT_LEAF_SIZE * sizeof(uint64_t) + ((leaf_pages() * sizeof(uint32_t) + os_page - 1) & ~(os_page - 1));
+  return 2 * RT_LEAF_SIZE * sizeof(uint64_t) + ((leaf_pages() * sizeof(uint32_t) + os_page - 1) & ~(os_page - 1));
 }
+#define RT_PAIR_BYTES (2 * os_page) /* a page of entries and its page of check words */
 
 bool rtree_ensure(uintptr_t a, size_t size) {
   uintptr_t end = a + size - 1;
@@ -121,6 +124,15 @@ void rtree_write_range(uintptr_t a, size_t n, uint64_t v) {
   }
 }
 
+void rtree_write_chk(uintptr_t a, size_t n, uint32_t chk) {
+  for (; n; n--, a += GRAN) {
+    uint64_t *leaf = __atomic_load_n(&rtree_l1[a >> (LG_GRAN + RT_LG_LEAF)], __ATOMIC_ACQUIRE);
+    size_t j = (a >> LG_GRAN) & (RT_LEAF_SIZE - 1);
+    sassert(leaf != NULL && __atomic_load_n(&leaf[j], __ATOMIC_RELAXED) != 0);
+    __atomic_store_n(&rtree_chk(leaf, j), chk, __ATOMIC_RELAXED);
+  }
+}
+
 void rtree_write_slow(uintptr_t a, uint64_t *s, uint64_t v) {
   uint32_t *c = count_of(a);
   if (v == 0) {
@@ -161,10 +173,11 @@ size_t rtree_purge(void) {
       }
       if (unlikely(rtree_purge_test_hook != NULL)) rtree_purge_test_hook((char *)leaf + p * os_page, q - p);
       os_purge((char *)leaf + p * os_page, (q - p) * os_page);
+      os_purge((char *)(leaf + RT_LEAF_SIZE) + p * os_page, (q - p) * os_page);
       for (size_t k = p; k < q; k++) __atomic_fetch_add(&cnt[k], RT_CNT_CLEAN - RT_CNT_PURGING, __ATOMIC_ACQ_REL);
       __atomic_fetch_add(&rtree_clean_pages, q - p, __ATOMIC_RELAXED);
       mtx_unlock(&rtree_lock);
-      purged += (q - p) * os_page;
+      purged += (q - p) * RT_PAIR_BYTES;
       p = q;
     }
   }
@@ -173,6 +186,6 @@ size_t rtree_purge(void) {
 
 size_t rtree_resident_bytes(void) {
   size_t m = __atomic_load_n(&rtree_leaf_bytes, __ATOMIC_RELAXED);
-  size_t c = __atomic_load_n(&rtree_clean_pages, __ATOMIC_RELAXED) * os_page;
+  size_t c = __atomic_load_n(&rtree_clean_pages, __ATOMIC_RELAXED) * RT_PAIR_BYTES;
   return c < m ? m - c : 0;
 }

@@ -7,7 +7,8 @@
 uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
 uint8_t sz_lookup_k[SZ_LOOKUP_K_MAX >> 10]; /* [(size - 1) >> 10], size in (SZ_LOOKUP_MAX, 32 KiB] */
 uint8_t psz_floor_tab[PSZ_TAB_N], psz_ceil_tab[PSZ_TAB_N];
-uint8_t sz_malloc_lookup[(SZ_MALLOC_FAST_MAX >> 3) + 1];
+uint16_t sz_malloc_lookup[(SZ_MALLOC_FAST_MAX >> 3) + 1];
+uint64_t sz_link_mask[TCACHE_NBINS_MAX];
 uint8_t sz_prof_ind[(SZ_LOOKUP_MAX >> 3) + 1];
 size_t sz_size[SZ_NCLASSES + 1];
 bin_info_t bin_info[SZ_NSMALL + 1];
@@ -93,11 +94,12 @@ void sz_init(void) {
     while (sz_size[c] < s) c++;
     __atomic_store_n(&sz_lookup[s >> 3], (uint8_t)c, __ATOMIC_RELAXED);
     /* prof:true (prof_boot ran first) leaves malloc's copy all 0: see sz_malloc_lookup. */
-    __atomic_store_n(&sz_malloc_lookup[s >> 3], prof_on ? 0 : (uint8_t)c, __ATOMIC_RELAXED);
+    __atomic_store_n(&sz_malloc_lookup[s >> 3], prof_on ? 0 : (uint16_t)(c * TBIN_SIZE), __ATOMIC_RELAXED);
     if (prof_on) __atomic_store_n(&sz_prof_ind[s >> 3], (uint8_t)c, __ATOMIC_RELAXED);
   }
   for (size_t s = SZ_LOOKUP_MAX + 8; s <= SZ_MALLOC_FAST_MAX; s += 8) /* malloc's copy goes on */
-    __atomic_store_n(&sz_malloc_lookup[s >> 3], prof_on ? 0 : (uint8_t)SZ_MALLOC_FAST_IND, __ATOMIC_RELAXED);
+    __atomic_store_n(&sz_malloc_lookup[s >> 3], prof_on ? 0 : (uint16_t)(SZ_MALLOC_FAST_IND * TBIN_SIZE),
+                     __ATOMIC_RELAXED);
   for (size_t k = SZ_LOOKUP_MAX >> 10; k < (SZ_LOOKUP_K_MAX >> 10); k++) { /* (k KiB, k+1 KiB] */
     while (sz_size[c] < (k + 1) << 10) c++;
     sz_lookup_k[k] = (uint8_t)c;
@@ -143,7 +145,20 @@ void sz_init(void) {
     bi->nregs_big = (uint32_t)(bi->slab_size_big / size);
     bi->used_big = (uint64_t)bi->nregs_big * size;
     bi->bm_words = (bi->nregs_big + 63) / 64;
+    /* free()'s region-start test (rtree_chk) is exact while (slab bytes + size) x size
+     * < 2^32 (Lemire: q x e + (d - 1) x c must not wrap): 14 KiB regions in 256 KiB slabs. */
+    size_t smax = bi->slab_size_big > bi->slab_size ? bi->slab_size_big : bi->slab_size;
+    if ((uint64_t)(smax + size) * size >= ((uint64_t)1 << 32))
+      strata_fatal("slab geometry: a slab too large for free()'s region-start test");
   }
+  /* Links: canonical and aligned as their class's regions are (natural alignment, capped
+   * at a page: slab regions and large blocks both). */
+  for (szind_t i = 1; i < TCACHE_NBINS_MAX; i++) {
+    size_t nat = sz_size[i] & -sz_size[i];
+    if (nat > os_page) nat = os_page;
+    sz_link_mask[i] = ~(((uint64_t)1 << 47) - 1) | (nat - 1);
+  }
+  sz_link_mask[0] = ~(((uint64_t)1 << 47) - 1);
 }
 
 /* Page-count buckets: 1, 2, 3, 4, then 4 per doubling (5..8, 10..16, 20..32, ...). */

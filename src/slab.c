@@ -421,7 +421,7 @@ static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szi
     if (unlikely(diff > last)) {
       uint64_t e = rtree_read((uintptr_t)p);
       edata_t *t = rt_edata(e);
-      if (!(e & RT_SLAB) || rt_szind(e) != rt_ind || t == NULL || t->arena_id != id || (uintptr_t)p - t->addr > slab_last(t, size))
+      if (!(e & RT_SLAB) || rt_field(e) != rt_ind * TBIN_SIZE || t == NULL || t->arena_id != id || (uintptr_t)p - t->addr > slab_last(t, size))
         break;
       uint64_t *tbm = t->bitmap;
       if (tbm == NULL && (tbm = slab_bitmap_regain(bin, ind, t)) == NULL) break;

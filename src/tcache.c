@@ -22,7 +22,7 @@ uintptr_t tcache_key;
 unsigned tcache_nbins;
 unsigned tcache_nbins_malloc;
 uint32_t tbin_max[TCACHE_NBINS_MAX];
-static uint32_t tbin_align_mask[TCACHE_NBINS_MAX];
+static uint32_t tbin_c32[TCACHE_NBINS_MAX]; /* tbin_t.c32 */
 static uint16_t tbin_fill_max[TCACHE_NBINS_MAX];  /* half a bin: the largest fill */
 static uint16_t tbin_fill_init[TCACHE_NBINS_MAX]; /* a new thread's first fill */
 static uint16_t tbin_fill_lean[TCACHE_NBINS_MAX]; /* FILL_INIT_BYTES' worth: see tcache_large_tick */
@@ -92,20 +92,20 @@ void tcache_boot(void) {
     tbin_fill_init[i] = (uint16_t)(first < 1 ? 1 : first < tbin_fill_max[i] ? first : tbin_fill_max[i]);
     size_t lean = FILL_INIT_BYTES / sz_size[i];
     tbin_fill_lean[i] = (uint16_t)(lean < 1 ? 1 : lean < tbin_fill_init[i] ? lean : tbin_fill_init[i]);
-    size_t nat = sz_size[i] & -sz_size[i];
-    tbin_align_mask[i] = (uint32_t)((nat < os_page ? nat : os_page) - 1);
+    tbin_c32[i] = i <= SZ_NSMALL ? (uint32_t)bin_info[i].div_magic : (uint32_t)1 << 20;
   }
   tcache_crowd_nlive = CROWD_PER_CPU * os_ncpus;
   tcache_crowd_nbins = (szind_t)sz_size2index(CROWD_MAX) + 1;
   if (tcache_crowd_nbins > tcache_nbins) tcache_crowd_nbins = tcache_nbins;
 }
 
-/* Every bin empty, with its room and alignment check. */
+/* Every bin empty, with its room and its region and link checks. */
 static void tcache_reset_bins(tcache_t *tc) {
   memset(tc, 0, sizeof(*tc));
   for (szind_t i = 1; i < tcache_nbins; i++) {
     tc->bins[i].avail = tbin_max[i];
-    tc->bins[i].align_mask = tbin_align_mask[i];
+    tc->bins[i].c32 = tbin_c32[i];
+    tc->bins[i].link_mask = sz_link_mask[i];
     tc->fill[i] = tbin_fill_init[i];
   }
   tc->gc_every = GC_INTERVAL;
@@ -230,7 +230,8 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
     uint64_t diff = (uintptr_t)p - lo;
     if (unlikely(diff > last)) {
       uint64_t e = rtree_read((uintptr_t)p);
-      if (unlikely(!(e & RT_SLAB) || rt_szind(e) != rt_ind) && !flush_prof_class_ok(e, ind)) strata_invalid_free("free", p);
+      if (unlikely(!(e & RT_SLAB) || rt_field(e) != rt_ind * TBIN_SIZE) && !flush_prof_class_ok(e, ind))
+        strata_invalid_free("free", p);
       if (sc.nruns) runs[sc.nruns - 1].len = len;
       edata_t *slab = rt_edata(e);
       runs[sc.nruns++] = (slab_run_t){slab, p, 0};
@@ -282,7 +283,7 @@ static NOINLINE void flush_batch_own(tcache_t *tc, tbin_t *b, szind_t ind, szind
   uint32_t done;
   p = bin_flush_local(tc->arena, ind, rt_ind, p, n, &done);
   if (done == n) {
-    if (unlikely(!link_plausible(p))) strata_heap_corruption(p, ind); /* as link_next's test */
+    if (unlikely(!link_ok(p, ind))) strata_heap_corruption(p, ind); /* as link_next's test */
     b->head = p;
     return;
   }
@@ -302,7 +303,7 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
     /* The first n regions of the list go: no walk to a cut point (the kept ones are the
      * older half; overflows happen in free-heavy phases, where that costs nothing). */
     void *p = b->head;
-    if (unlikely(!link_plausible(p))) strata_heap_corruption(p, ind); /* a fast path decoded it */
+    if (unlikely(!link_ok(p, ind))) strata_heap_corruption(p, ind); /* a fast path decoded it */
     b->avail += n;
     if (ind > SZ_NSMALL) {
       edata_t *eds[FLUSH_BUF];

@@ -35,18 +35,41 @@ static void test_kib_table_matches_computation(void) {
 }
 
 /* strata_malloc's own table goes on to 16 KiB: the one large class whose pop there counts
- * nmalloc (tcache_counts reads it), the size's class at every byte, and no further. */
+ * nmalloc (tcache_counts reads it), the size's class at every byte (as its bin's offset in a
+ * thread cache), and no further. */
 static void test_malloc_table_names_each_size_class(void) {
   CHECK_EQ(sz_size[SZ_MALLOC_FAST_IND], SZ_MALLOC_FAST_MAX);
   for (size_t s = 1; s <= SZ_MALLOC_FAST_MAX; s++) {
-    szind_t i = sz_malloc_lookup_read(s);
-    if (i != sz_size2index_compute(s < 16 ? 16 : s)) {
-      CHECK_EQ(i, sz_size2index_compute(s < 16 ? 16 : s));
+    size_t off = sz_malloc_lookup_read(s);
+    if (off != sz_size2index_compute(s < 16 ? 16 : s) * TBIN_SIZE) {
+      CHECK_EQ(off, sz_size2index_compute(s < 16 ? 16 : s) * TBIN_SIZE);
       break;
     }
   }
-  CHECK_EQ(sz_malloc_lookup_read(SZ_MALLOC_FAST_MAX), SZ_MALLOC_FAST_IND);
-  CHECK_EQ(sz_malloc_lookup_read(SZ_LOOKUP_MAX + 1), SZ_MALLOC_FAST_IND);
+  CHECK_EQ(sz_malloc_lookup_read(SZ_MALLOC_FAST_MAX), SZ_MALLOC_FAST_IND * TBIN_SIZE);
+  CHECK_EQ(sz_malloc_lookup_read(SZ_LOOKUP_MAX + 1), SZ_MALLOC_FAST_IND * TBIN_SIZE);
+}
+
+/* free()'s region-start test (internal.h, rtree_chk) on every offset of every geometry of
+ * every small class, with the slab at any page: (p x c - base x c) mod 2^32 < c exactly
+ * when p - base is a multiple of the size. */
+static void test_region_start_test_is_exact_for_every_class_and_offset(void) {
+  for (szind_t i = 1; i <= SZ_NSMALL; i++) {
+    const bin_info_t *bi = &bin_info[i];
+    uint32_t c = (uint32_t)bi->div_magic;
+    size_t sizes[3] = {bi->slab_size, bi->slab_size_crowd, bi->slab_size_big};
+    for (int g = 0; g < 3; g++) {
+      uintptr_t base = (uintptr_t)0x7f0000000000 + (uintptr_t)(i * 7 + g) * 4096;
+      uint32_t chk = (uint32_t)(base * bi->div_magic);
+      size_t bad = 0;
+      for (size_t off = 0; off < sizes[g]; off++) {
+        uint32_t t = (uint32_t)(base + off) * c - chk;
+        bad += (t < c) != (off % bi->size == 0);
+      }
+      if (bad) printf("class %u (%zu B), slab of %zu B: %zu wrong\n", i, bi->size, sizes[g], bad);
+      CHECK_EQ(bad, 0);
+    }
+  }
 }
 
 /* The extent sets' bucket tables agree with the computation at every page count. */
@@ -112,6 +135,7 @@ int main(void) {
   RUN(test_size_roundtrip_is_tight);
   RUN(test_kib_table_matches_computation);
   RUN(test_malloc_table_names_each_size_class);
+  RUN(test_region_start_test_is_exact_for_every_class_and_offset);
   RUN(test_page_bucket_tables_match);
   RUN(test_classes_follow_jemalloc_spacing);
   RUN(test_aligned_classes_are_multiples);
