@@ -282,12 +282,19 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
 }
 
 /* ---------------------------------------------------------------- malloc / free */
+/* Every allocating call's failure: ENOMEM, and with xmalloc:true jemalloc's abort (for
+ * programs that would rather stop than check for NULL). Out of line: failures only. */
+NOINLINE void alloc_oom(void) {
+  if (unlikely(opt.xmalloc)) strata_fatal("out of memory (xmalloc:true)");
+  errno = ENOMEM;
+}
+
 /* malloc's general path: ialloc (which counts the bytes with prof:true). */
 static inline __attribute__((always_inline)) void *malloc_general(size_t size) {
   tsd_t *tsd = tsd_fetch();
   szind_t ind = sz_size2index(size);
   void *p = (tsd && ind) ? ialloc(tsd, ind, false, true, NULL) : NULL;
-  if (unlikely(p == NULL)) errno = ENOMEM;
+  if (unlikely(p == NULL)) alloc_oom();
   return p;
 }
 
@@ -396,7 +403,7 @@ static NOINLINE void *malloc_slow(size_t size) {
        * class 0 (no class: an impossible size) goes on to malloc_general's ENOMEM. */
       if (likely(ind != 0)) {
         p = ialloc(&strata_tsd, ind, false, true, NULL);
-        if (unlikely(p == NULL)) errno = ENOMEM;
+        if (unlikely(p == NULL)) alloc_oom();
         return p;
       }
     }
@@ -609,7 +616,7 @@ EXPORT void strata_free_aligned_sized(void *p, size_t alignment, size_t size) {
 EXPORT void *strata_calloc(size_t n, size_t size) {
   size_t total;
   if (unlikely(__builtin_mul_overflow(n, size, &total))) {
-    errno = ENOMEM;
+    alloc_oom();
     return NULL;
   }
   if (likely(total <= SZ_LOOKUP_MAX)) {
@@ -620,7 +627,7 @@ EXPORT void *strata_calloc(size_t n, size_t size) {
   tsd_t *tsd = tsd_fetch();
   szind_t ind = sz_size2index(total);
   void *p = (tsd && ind) ? ialloc(tsd, ind, true, true, NULL) : NULL;
-  if (p == NULL) errno = ENOMEM;
+  if (p == NULL) alloc_oom();
   return p;
 }
 
@@ -655,7 +662,7 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
         tsd->allocated += usize;
         tsd->deallocated += old_usize;
         void *r = q ? q : p;
-        if (zero && usize > old_usize) memset((char *)r + old_usize, 0, usize - old_usize);
+        if ((zero || opt.zero) && usize > old_usize) memset((char *)r + old_usize, 0, usize - old_usize);
         return r;
       }
     }
@@ -670,21 +677,25 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
 
 EXPORT void *strata_realloc(void *p, size_t size) {
   if (p == NULL) return strata_malloc(size);
-  if (size == 0) { /* glibc: frees and returns NULL */
+  if (size == 0) {
     __atomic_fetch_add(&stats_zero_reallocs, 1, __ATOMIC_RELAXED); /* stats.zero_reallocs */
-    strata_free(p);
-    return NULL;
+    if (opt.zero_realloc == ZR_FREE) { /* the default, as glibc: frees and returns NULL */
+      strata_free(p);
+      return NULL;
+    }
+    if (opt.zero_realloc == ZR_ABORT) strata_fatal("realloc(non-null pointer, 0) with zero_realloc:abort");
+    size = 1; /* zero_realloc:alloc: a minimal block, as realloc(p, 1) */
   }
   tsd_t *tsd = tsd_fetch();
   void *q = tsd ? irealloc(tsd, p, size, 0, false, true, NULL, "realloc") : NULL;
-  if (q == NULL) errno = ENOMEM;
+  if (q == NULL) alloc_oom();
   return q;
 }
 
 EXPORT void *strata_reallocarray(void *p, size_t n, size_t size) {
   size_t total;
   if (unlikely(__builtin_mul_overflow(n, size, &total))) {
-    errno = ENOMEM;
+    alloc_oom();
     return NULL;
   }
   return strata_realloc(p, total);
@@ -701,6 +712,7 @@ EXPORT int strata_posix_memalign(void **memptr, size_t alignment, size_t size) {
   if (unlikely(alignment < sizeof(void *) || (alignment & (alignment - 1)) != 0)) return EINVAL;
   int saved = errno;
   void *p = aligned_common(alignment, size);
+  if (p == NULL) alloc_oom();
   errno = saved;
   if (p == NULL) return ENOMEM;
   *memptr = p;
@@ -713,7 +725,7 @@ EXPORT void *strata_aligned_alloc(size_t alignment, size_t size) {
     return NULL;
   }
   void *p = aligned_common(alignment, size);
-  if (p == NULL) errno = ENOMEM;
+  if (p == NULL) alloc_oom();
   return p;
 }
 
@@ -727,7 +739,7 @@ EXPORT void *strata_memalign(size_t alignment, size_t size) {
     alignment = (size_t)1 << (64 - __builtin_clzll(alignment));
   }
   void *p = aligned_common(alignment ? alignment : 1, size);
-  if (p == NULL) errno = ENOMEM;
+  if (p == NULL) alloc_oom();
   return p;
 }
 
@@ -740,7 +752,7 @@ EXPORT void *strata_pvalloc(size_t size) {
   if (!strata_ready && strata_init()) return NULL;
   size_t rounded = (size + os_page - 1) & ~(os_page - 1);
   if (rounded < size) {
-    errno = ENOMEM;
+    alloc_oom();
     return NULL;
   }
   return strata_memalign(os_page, rounded ? rounded : os_page);
@@ -885,7 +897,7 @@ static void *mallocx_impl(tsd_t *tsd, size_t size, int flags) {
 static NOINLINE void *mallocx_slow(size_t size, int flags) {
   tsd_t *tsd = tsd_fetch();
   void *p = tsd ? mallocx_impl(tsd, size, flags) : NULL;
-  if (unlikely(p == NULL)) errno = ENOMEM;
+  if (unlikely(p == NULL)) alloc_oom();
   return p;
 }
 
@@ -920,7 +932,9 @@ EXPORT void *strata_rallocx(void *p, size_t size, int flags) {
   arena_t *ar = flag_arena(flags, &bad, "rallocx");
   if (bad) return NULL;
   (void)flag_tcache(flags, "rallocx"); /* checked; the copy goes through the thread's cache */
-  return irealloc(tsd, p, size, flag_align(flags), FLAG_ZERO(flags), FLAG_TCACHE(flags) != 1, ar, "rallocx");
+  void *q = irealloc(tsd, p, size, flag_align(flags), FLAG_ZERO(flags), FLAG_TCACHE(flags) != 1, ar, "rallocx");
+  if (unlikely(q == NULL) && opt.xmalloc) alloc_oom();
+  return q;
 }
 
 /* Heap profiling: a block resized in place counts as a new allocation of its new size,
@@ -960,7 +974,8 @@ EXPORT size_t strata_xallocx(void *p, size_t size, size_t extra, int flags) {
     if (unlikely(prof_on)) xallocx_prof(tsd, p, ed, got);
     tsd->allocated += got;
     tsd->deallocated += old_usize;
-    if (FLAG_ZERO(flags) && got > old_usize) memset((char *)p + old_usize, 0, got - old_usize);
+    /* zero:true fills every new byte, as the flag does: the grown pages may be reused dirty ones */
+    if ((FLAG_ZERO(flags) || opt.zero) && got > old_usize) memset((char *)p + old_usize, 0, got - old_usize);
   }
   return got;
 }

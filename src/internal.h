@@ -42,6 +42,8 @@ HIDDEN NORETURN void strata_size_mismatch(const char *func, const void *p, size_
 /* A free-list link that decodes to no possible region: "heap corruption detected at
  * <slot> (free list of class N)", then abort. */
 HIDDEN NORETURN void strata_heap_corruption(const void *at, unsigned ind);
+typedef void safety_check_hook_t(const char *message);
+HIDDEN extern safety_check_hook_t *safety_check_hook; /* experimental.hooks.safety_check_abort (atomic) */
 HIDDEN NORETURN void strata_assert_fail(const char *cond, const char *file, int line);
 /* backtrace.c: up to max return addresses of the calling program, innermost first,
  * strata's own leading frames dropped; never mallocs, holds no strata lock. */
@@ -779,7 +781,16 @@ typedef struct {
   size_t commit_limit;       /* os.c: bytes of active + dirty pages; 0 off; COMMIT_AUTO */
 #define COMMIT_AUTO SIZE_MAX /* the cgroup memory limit less a headroom, if there is one */
   size_t tcache_total_max;   /* bytes all thread caches may hold together; 0: no cap */
+  /* jemalloc's options with a meaning here (docs/jemalloc-compat.md) */
+  bool xmalloc;              /* out of memory aborts instead of returning NULL */
+  bool infallible_new;       /* experimental_infallible_new: operator new aborts, never throws */
+  unsigned zero_realloc;     /* ZR_*: what realloc(p, 0) does */
+  int64_t stats_interval;    /* print statistics every N bytes allocated; -1 off */
+  char stats_interval_opts[32];
 } opt_t;
+enum { ZR_FREE, ZR_ALLOC, ZR_ABORT };
+/* Out of memory in an allocating call: errno, and opt.xmalloc's abort (alloc.c). */
+HIDDEN void alloc_oom(void);
 HIDDEN extern opt_t opt;
 HIDDEN void conf_init(void);
 /* Parses one MALLOC_CONF-syntax string; returns the number of problems reported. */
@@ -926,7 +937,7 @@ typedef struct { /* a thread's line in heap_v2 dumps, copied under prof_lock */
   char name[PROF_THR_NAME];
 } prof_thr_snap_t;
 typedef struct {
-  bool prof, active, thread_active_init, gdump, final, leak, accum;
+  bool prof, active, thread_active_init, gdump, final, leak, accum, leak_error;
   unsigned lg_sample;   /* 0..62 */
   int lg_interval;      /* -1: no interval dumps */
   unsigned format;      /* PROF_FMT_* bits */
@@ -968,7 +979,8 @@ HIDDEN void prof_postfork(bool child);
 HIDDEN ctl_handler_t prof_ctl_active, prof_ctl_dump, prof_ctl_gdump, prof_ctl_reset, prof_ctl_lg_sample,
     prof_ctl_interval, prof_ctl_thread_name, prof_ctl_thread_active, prof_ctl_opt_prof,
     prof_ctl_opt_prof_active, prof_ctl_opt_thread_active_init, prof_ctl_opt_lg_sample, prof_ctl_opt_prefix,
-    prof_ctl_opt_lg_interval, prof_ctl_opt_gdump, prof_ctl_opt_final, prof_ctl_opt_leak, prof_ctl_opt_accum;
+    prof_ctl_opt_lg_interval, prof_ctl_opt_gdump, prof_ctl_opt_final, prof_ctl_opt_leak, prof_ctl_opt_accum,
+    prof_ctl_opt_leak_error;
 /* prof_dump.c: the writers. The caller holds prof_dump_lock; nothing here mallocs. */
 typedef struct prof_stack_s prof_stack_t;
 struct prof_stack_s {
@@ -995,6 +1007,6 @@ HIDDEN bool prof_dump_heap_v2(const char *path, const prof_snap_t *s, size_t n, 
 HIDDEN prof_thr_snap_t *prof_thr_snapshot(size_t *n, size_t *map_bytes); /* os_map'ed */
 HIDDEN void prof_thread_exit(tsd_t *tsd); /* tcache.c's thread destructor */
 HIDDEN bool prof_dump_pprof(const char *path, const prof_snap_t *s, size_t n, uint64_t period);
-HIDDEN void prof_leak_report(const prof_snap_t *s, size_t n, uint64_t period);
+HIDDEN bool prof_leak_report(const prof_snap_t *s, size_t n, uint64_t period); /* true: leaks */
 
 #endif /* STRATA_INTERNAL_H */

@@ -26,6 +26,8 @@ static NOINLINE void *new_slow(size_t size, size_t align, bool nothrow) {
       p = NULL;
     }
     if (p) return p;
+    /* jemalloc's rule: before any new_handler, whatever the form */
+    if (opt.infallible_new) strata_fatal("operator new: out of memory (experimental_infallible_new:true)");
     new_handler_t h = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
     if (h == NULL) {
       if (nothrow) return NULL;

@@ -731,11 +731,16 @@ static void prof_exit(void) {
     mtx_lock(&prof_dump_lock);
     size_t n, bytes;
     prof_snap_t *s = prof_snapshot(&n, &bytes);
+    bool leaked = false;
     if (s) {
-      prof_leak_report(s, n, sample_mean());
+      leaked = prof_leak_report(s, n, sample_mean());
       os_unmap(s, bytes);
     }
     mtx_unlock(&prof_dump_lock);
+    if (leaked && prof_opt.leak_error) {
+      msg_write("<strata>: Exiting with error code because memory leaks were detected\n");
+      _exit(1); /* as jemalloc: not exit(), which would run atexit handlers again */
+    }
   }
 }
 
@@ -956,3 +961,4 @@ OPT_HANDLER(prof_ctl_opt_gdump, bool, prof_opt.gdump)
 OPT_HANDLER(prof_ctl_opt_final, bool, prof_opt.final)
 OPT_HANDLER(prof_ctl_opt_leak, bool, prof_opt.leak)
 OPT_HANDLER(prof_ctl_opt_accum, bool, prof_opt.accum)
+OPT_HANDLER(prof_ctl_opt_leak_error, bool, prof_opt.leak_error)
