@@ -149,6 +149,7 @@ done:
     if (ind <= SZ_NSMALL || ind < tcache_nbins) TAG_WORD(p) = 0;
     tsd->allocated += usize;
     alloc_fill(p, usize, zero || opt.zero);
+    if (unlikely(opt.stats_interval >= 0)) stats_interval_tick(tsd);
   }
   return p;
 }

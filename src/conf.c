@@ -629,10 +629,21 @@ void conf_print(const opt_t *o) {
   msg_parts(parts, (int)(sizeof(parts) / sizeof(parts[0])));
 }
 
+/* opt.malloc_conf.*: each source's string as read (pointers into the environment, the
+ * program's data or filebuf, never freed). */
+static const char *conf_sources[CONF_SRC_N];
+const char *conf_source_string(unsigned src) {
+  const char *s = src < CONF_SRC_N ? __atomic_load_n(&conf_sources[src], __ATOMIC_ACQUIRE) : NULL;
+  return s ? s : "";
+}
+
 void conf_init(void) {
   static char envbuf[65536], filebuf[4096];
   int problems = 0;
-  if (&malloc_conf != NULL && malloc_conf != NULL) problems += conf_parse(&opt, malloc_conf, "malloc_conf");
+  if (&malloc_conf != NULL && malloc_conf != NULL) {
+    conf_sources[CONF_SRC_GLOBAL] = malloc_conf;
+    problems += conf_parse(&opt, malloc_conf, "malloc_conf");
+  }
   if (os_read_file("/etc/strata.conf", filebuf, sizeof(filebuf)) > 0) {
     /* One option per line or comma-separated; '#' starts a comment line. */
     for (char *p = filebuf; *p; p++) {
@@ -640,12 +651,13 @@ void conf_init(void) {
         while (*p && *p != '\n') *p++ = ' ';
       }
     }
+    conf_sources[CONF_SRC_FILE] = filebuf;
     problems += conf_parse(&opt, filebuf, "/etc/strata.conf");
   }
   const char *s = env_get("STRATA_CONF", envbuf, sizeof(envbuf));
   if (s) problems += conf_parse(&opt, s, "STRATA_CONF");
   s = env_get("MALLOC_CONF", envbuf, sizeof(envbuf));
-  if (s) problems += conf_parse(&opt, s, "MALLOC_CONF");
+  if (s) conf_sources[CONF_SRC_ENV] = s, problems += conf_parse(&opt, s, "MALLOC_CONF");
   if (problems && opt.abort_conf) strata_fatal("invalid configuration (abort_conf:true)");
   if (problems && opt.abort) strata_fatal("invalid configuration (abort:true aborts on every warning)");
 }

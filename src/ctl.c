@@ -55,10 +55,16 @@ static ctl_global_stats_t snap_global;
 static ctl_arena_stats_t snap_merged, snap_destroyed;
 static ctl_arena_stats_t **snap_arenas; /* [ARENAS_MAX], records from meta_alloc as arenas appear */
 /* stats.mutexes.<name>, in the order of the table's rows */
-enum { GM_CTL, GM_ARENAS, GM_TCACHE_LIST, GM_BASE, GM_RTREE, GM_BG, GM_PROF, GM_N };
+enum { GM_CTL, GM_ARENAS, GM_TCACHE_LIST, GM_BASE, GM_RTREE, GM_BG, GM_PROF, GM_MAX_PER_BG_THD, GM_PROF_THDS_DATA,
+       GM_PROF_DUMP, GM_PROF_RECENT_ALLOC, GM_PROF_RECENT_DUMP, GM_PROF_STATS, GM_N };
 static ctl_mutex_stats_t snap_gmutex[GM_N];
+/* jemalloc's names for locks strata has under another name read that lock; names for
+ * locks strata has no counterpart of (NULL) read zeros. */
 static mtx_t *const gmutex[GM_N] = {&ctl_lock, &arenas_lock, &tcache_list_lock, &meta_lock, &rtree_lock, &bg_lock,
-                                          &prof_lock};
+                                    &prof_lock,
+                                    &bg_lock,   /* max_per_bg_thd: every background thread sleeps on bg_lock */
+                                    &prof_lock, /* prof_thds_data: threads' profiling names live under prof_lock */
+                                    &prof_dump_lock, NULL, NULL, NULL};
 
 uint64_t stats_zero_reallocs;
 
@@ -234,6 +240,7 @@ void ctl_refresh(void) {
   }
   snap_tcaches();
   for (int g = 0; g < GM_N; g++) {
+    if (gmutex[g] == NULL) continue;
     if (g != GM_CTL) mtx_lock(gmutex[g]);
     mutex_read(gmutex[g], &snap_gmutex[g]);
     if (g != GM_CTL) mtx_unlock(gmutex[g]);
@@ -358,6 +365,12 @@ int ctl_copy_out(void *oldp, size_t *oldlenp, const void *val, size_t len) {
   } while (0)
 #define RETURN_OUT(var) return ctl_copy_out(oldp, oldlenp, &(var), sizeof(var))
 
+/* stats.arenas.<i>.mutexes.<name>: the record slot of each row of n_amutexes. strata's
+ * arena has one lock (elock) for what jemalloc guards with eight: each of those names
+ * reads it. base and tcache_list are process-wide locks in strata (stats.mutexes.base,
+ * stats.mutexes.tcache_list) and the hpa locks have no counterpart: slot 1, zeros. */
+static const uint8_t amutex_slot[] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1};
+
 /* The address of a table leaf's value (ctl_lock held for snapshot sources). */
 static const void *leaf_addr(const ctl_node_t *n, const size_t *mib) {
   const ctl_arena_stats_t *s;
@@ -371,7 +384,7 @@ static const void *leaf_addr(const ctl_node_t *n, const size_t *mib) {
     if (n->src == S_ARENA) return (const char *)s + n->off;
     if (n->src == S_BIN) return (const char *)&s->bins[mib[4]] + n->off;
     if (n->src == S_LEXT) return (const char *)&s->lext[mib[4]] + n->off;
-    if (n->src == S_AMUTEX) return (const char *)&s->mutexes[mib[4]] + n->off;
+    if (n->src == S_AMUTEX) return (const char *)&s->mutexes[amutex_slot[mib[4]]] + n->off;
     return (const char *)&s->ext[mib[4]] + n->off;
   }
   return NULL;
@@ -518,7 +531,9 @@ static int h_mutexes_reset(const size_t *mib, size_t miblen, void *oldp, size_t 
                            size_t newlen) {
   (void)mib, (void)miblen;
   NEITHER_READ_NOR_WRITE();
-  for (int g = 0; g < GM_N; g++) mutex_reset(gmutex[g]);
+  for (int g = 0; g < GM_N; g++) {
+    if (gmutex[g] != NULL && (g == 0 || gmutex[g] != gmutex[g - 1])) mutex_reset(gmutex[g]);
+  }
   for (size_t i = 0; i < ctl_narenas_total(); i++) {
     arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
     if (a == NULL) continue;
@@ -526,6 +541,15 @@ static int h_mutexes_reset(const size_t *mib, size_t miblen, void *oldp, size_t 
     mutex_reset(&a->elock);
   }
   return 0;
+}
+
+/* stats.zero_reallocs: live, as jemalloc's (not from the snapshot). */
+static int h_zero_reallocs(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                           size_t newlen) {
+  (void)mib, (void)miblen;
+  READONLY();
+  size_t v = (size_t)__atomic_load_n(&stats_zero_reallocs, __ATOMIC_RELAXED);
+  RETURN_OUT(v);
 }
 
 /* ---------------------------------------------------------------- index checks */
@@ -546,6 +570,9 @@ static const ctl_index_t I_STATS_ARENA = {idx_stats_arena, ctl_narenas_total};
 static const ctl_index_t I_BIN = {idx_bin, cnt_bins};
 static const ctl_index_t I_LEXT = {idx_lext, cnt_lext};
 static const ctl_index_t I_EXT = {idx_ext, cnt_ext};
+static int idx_one(const size_t *mib, size_t pos, size_t i) { return (void)mib, (void)pos, i < 1 ? 0 : ENOENT; }
+static size_t cnt_one(void) { return 1; }
+static const ctl_index_t I_ONE = {idx_one, cnt_one}; /* hpa_shard.nonfull_slabs: one bucket of zeros */
 
 /* ---------------------------------------------------------------- the table */
 #define END {.name = NULL}
@@ -575,7 +602,7 @@ static const ctl_index_t I_EXT = {idx_ext, cnt_ext};
 #define P F_PAGES
 
 static const char *const version_str = STRATA_VERSION;
-static const char *const str_disabled = "disabled", *const str_free = "free", *const str_empty = "";
+static const char *const str_disabled = "disabled", *const str_empty = "";
 static const char *const opt_spo = opt.stats_print_opts, *const opt_sfile = opt.stats_file;
 static const bool b_true = true, b_false = false;
 #ifdef STRATA_DEBUG
@@ -585,7 +612,8 @@ static const bool b_true = true, b_false = false;
 #endif
 static const uint32_t u32_one = 1;
 static const unsigned u_nbins = SZ_NSMALL, u_nlextents = CTL_NLEXT;
-static const size_t z_quantum = 16;
+static const size_t z_quantum = 16, z_hugepage = (size_t)2 << 20;
+static const uint64_t u64_zero = 0; /* CT_SIZE and CT_U64 zeros (both 8 bytes) */
 
 static const ctl_node_t n_config[] = {
     LEAF_C("cache_oblivious", CT_BOOL, &b_false, "large allocations are not offset by a random cache line"),
@@ -599,7 +627,42 @@ static const ctl_node_t n_config[] = {
     LEAF_C("prof_libunwind", CT_BOOL, &b_false, "profiling backtraces by libunwind"),
     LEAF_C("stats", CT_BOOL, &b_true, "statistics are kept"),
     LEAF_C("utrace", CT_BOOL, &b_false, "utrace(2) tracing"),
-    LEAF_C("xmalloc", CT_BOOL, &b_false, "abort on out-of-memory"),
+    LEAF_C("xmalloc", CT_BOOL, &b_true, "opt.xmalloc is supported"),
+    LEAF_C("prof_frameptr", CT_BOOL, &b_false, "profiling backtraces by frame pointers (strata unwinds)"),
+    END};
+
+#define NOOP_C(nm, T, addr) LEAF_C(nm, T, addr, "jemalloc option with no effect in strata (docs/jemalloc-compat.md)")
+static const char *const opt_sio = opt.stats_interval_opts;
+static const char *const str_025 = "0.25", *const str_lazy = "lazy", *const str_default = "default";
+static const int64_t i64_600 = 600, i64_m1 = -1, i64_1 = 1;
+static const size_t z_6 = 6, z_64k = 65536, z_hpa_thr = 1992294, z_4096 = 4096, z_2 = 2, z_32k = 32768,
+                    z_256k = 262144, z_3 = 3;
+static const uint64_t u64_10000 = 10000, u64_5000 = 5000;
+static const unsigned u_20 = 20, u_200 = 200, u_1 = 1, u_0 = 0, u_128 = 128;
+
+static int h_opt_zero_realloc(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                              size_t newlen) {
+  (void)mib, (void)miblen;
+  READONLY();
+  static const char *const names[] = {"free", "alloc", "abort"};
+  const char *v = names[opt.zero_realloc];
+  RETURN_OUT(v);
+}
+
+/* opt.malloc_conf.*: the option strings strata read at start, by source. */
+static int h_opt_malloc_conf(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                             size_t newlen) {
+  (void)miblen;
+  READONLY();
+  const char *v = conf_source_string((unsigned)mib[2]);
+  RETURN_OUT(v);
+}
+/* positions = CONF_SRC_* (conf.c) */
+static const ctl_node_t n_opt_malloc_conf[] = {
+    LEAF_H("symlink", CT_STR, h_opt_malloc_conf, F_NOPRINT, "/etc/strata.conf (strata reads no /etc/malloc.conf link)"),
+    LEAF_H("env_var", CT_STR, h_opt_malloc_conf, F_NOPRINT, "MALLOC_CONF as read at start"),
+    LEAF_H("global_var", CT_STR, h_opt_malloc_conf, F_NOPRINT, "the program's malloc_conf"),
+    LEAF_H("global_var_2_conf_harder", CT_STR, h_opt_malloc_conf, F_NOPRINT, "none in strata"),
     END};
 
 static const ctl_node_t n_opt[] = {
@@ -634,12 +697,42 @@ static const ctl_node_t n_opt[] = {
     LEAF_H("prof_accum", CT_BOOL, prof_ctl_opt_accum, 0, "accumulated counts in dumps"),
     LEAF_H("junk", CT_STR, h_opt_junk, 0, "junk filling"),
     LEAF_C("zero", CT_BOOL, &opt.zero, "zero every allocation"),
-    LEAF_C("experimental_infallible_new", CT_BOOL, &b_false, "abort when operator new fails"),
+    LEAF_C("experimental_infallible_new", CT_BOOL, &opt.infallible_new, "abort when operator new fails"),
     LEAF_C("tcache", CT_BOOL, &opt.tcache, "thread caches"),
     LEAF_C("tcache_max", CT_SIZE, &opt.tcache_max, "largest size class cached per thread"),
     LEAF_C("stats_print", CT_BOOL, &opt.stats_print, "malloc_stats_print at exit"),
     LEAF_C("stats_print_opts", CT_STR, &opt_spo, "options of the print at exit"),
-    LEAF_C("zero_realloc", CT_STR, &str_free, "realloc(p, 0) frees p"),
+    LEAF_H("zero_realloc", CT_STR, h_opt_zero_realloc, 0, "what realloc(p, 0) does: free, alloc, abort"),
+    LEAF_C("xmalloc", CT_BOOL, &opt.xmalloc, "abort on out-of-memory"),
+    LEAF_C("stats_interval", CT_SSIZE, &opt.stats_interval, "bytes allocated between statistics prints, -1 off"),
+    LEAF_C("stats_interval_opts", CT_STR, &opt_sio, "options of the interval prints"),
+    LEAF_H("prof_leak_error", CT_BOOL, prof_ctl_opt_leak_error, 0, "exit 1 when prof_leak finds leaks"),
+    /* jemalloc's options with no effect in strata (docs/jemalloc-compat.md): jemalloc's
+     * type and default, so that readers get what they expect. */
+    NOOP_C("trust_madvise", CT_BOOL, &b_false), NOOP_C("utrace", CT_BOOL, &b_false),
+    NOOP_C("mutex_max_spin", CT_SSIZE, &i64_600), NOOP_C("lg_extent_max_active_fit", CT_SIZE, &z_6),
+    NOOP_C("hpa", CT_BOOL, &b_false), NOOP_C("hpa_slab_max_alloc", CT_SIZE, &z_64k),
+    NOOP_C("hpa_hugification_threshold", CT_SIZE, &z_hpa_thr), NOOP_C("hpa_hugify_delay_ms", CT_U64, &u64_10000),
+    NOOP_C("hpa_hugify_sync", CT_BOOL, &b_false), NOOP_C("hpa_min_purge_interval_ms", CT_U64, &u64_5000),
+    NOOP_C("experimental_hpa_max_purge_nhp", CT_SSIZE, &i64_m1), NOOP_C("hpa_dirty_mult", CT_STR, &str_025),
+    NOOP_C("hpa_purge_threshold", CT_SIZE, &z_4096), NOOP_C("hpa_min_purge_delay_ms", CT_U64, &u64_zero),
+    NOOP_C("hpa_hugify_style", CT_STR, &str_lazy), NOOP_C("hpa_sec_nshards", CT_SIZE, &z_2),
+    NOOP_C("hpa_sec_max_alloc", CT_SIZE, &z_32k), NOOP_C("hpa_sec_max_bytes", CT_SIZE, &z_256k),
+    NOOP_C("hpa_sec_batch_fill_extra", CT_SIZE, &z_3),
+    NOOP_C("experimental_hpa_start_huge_if_thp_always", CT_BOOL, &b_true),
+    NOOP_C("experimental_hpa_enforce_hugify", CT_BOOL, &b_false), NOOP_C("huge_arena_pac_thp", CT_BOOL, &b_false),
+    NOOP_C("experimental_tcache_gc", CT_BOOL, &b_true), NOOP_C("tcache_nslots_small_min", CT_UNSIGNED, &u_20),
+    NOOP_C("tcache_nslots_small_max", CT_UNSIGNED, &u_200), NOOP_C("tcache_nslots_large", CT_UNSIGNED, &u_20),
+    NOOP_C("lg_tcache_nslots_mul", CT_SSIZE, &i64_1), NOOP_C("tcache_gc_incr_bytes", CT_SIZE, &z_64k),
+    NOOP_C("tcache_gc_delay_bytes", CT_SIZE, &u64_zero), NOOP_C("lg_tcache_flush_small_div", CT_UNSIGNED, &u_1),
+    NOOP_C("lg_tcache_flush_large_div", CT_UNSIGNED, &u_1),
+    NOOP_C("debug_double_free_max_scan", CT_UNSIGNED, &u_0),
+    NOOP_C("disable_large_size_classes", CT_BOOL, &b_true), NOOP_C("process_madvise_max_batch", CT_SIZE, &u64_zero),
+    NOOP_C("prof_bt_max", CT_UNSIGNED, &u_128), NOOP_C("prof_pid_namespace", CT_BOOL, &b_false),
+    NOOP_C("prof_recent_alloc_max", CT_SSIZE, &i64_m1), NOOP_C("prof_stats", CT_BOOL, &b_false),
+    NOOP_C("prof_sys_thread_name", CT_BOOL, &b_false), NOOP_C("prof_time_resolution", CT_STR, &str_default),
+    NOOP_C("lg_san_uaf_align", CT_SSIZE, &i64_m1),
+    {.name = "malloc_conf", .kids = n_opt_malloc_conf, .nkids = NKIDS(n_opt_malloc_conf), .flags = F_NOPRINT},
     LEAF_C("stats_file", CT_STR, &opt_sfile, "OpenMetrics textfile (strata)"),
     LEAF_C("stats_interval_ms", CT_U64, &opt.stats_interval_ms, "rewrite period of stats_file (strata)"),
     LEAF_C("stats_metrics_detail", CT_BOOL, &opt.stats_metrics_detail, "per-arena and per-class series (strata)"),
@@ -692,6 +785,7 @@ static const ctl_node_t n_arenas[] = {
     LEAF_H("nlive", CT_UNSIGNED, arena_ctl_nlive, 0, "ordinary arenas threads are spread over now (strata)"),
     LEAF_C("quantum", CT_SIZE, &z_quantum, "quantum"),
     LEAF_C("page", CT_SIZE, &os_page, "page size"),
+    LEAF_C("hugepage", CT_SIZE, &z_hugepage, "huge page size"),
     LEAF_H("tcache_max", CT_SIZE, h_arenas_tcache_max, 0, "largest cached size class"),
     LEAF_C("nbins", CT_UNSIGNED, &u_nbins, "small size classes"),
     LEAF_H("nhbins", CT_UNSIGNED, h_arenas_nhbins, 0, "cached size classes"),
@@ -737,13 +831,23 @@ static const ctl_node_t n_bin_mutex[] = {MUTEX_ROWS(S_BIN, ctl_bin_stats_t, mute
 static const ctl_node_t n_amutex_fields[] = {MUTEX_ROWS(S_AMUTEX, ctl_mutex_stats_t, )};
 static const ctl_node_t n_gmutex_fields[] = {MUTEX_ROWS(S_GMUTEX, ctl_mutex_stats_t, )};
 /* stats.arenas.<i>.mutexes.<name>: position = index in ctl_arena_stats_t.mutexes */
-static const ctl_node_t n_amutexes[] = {DIR("extents", n_amutex_fields), END};
+static const ctl_node_t n_amutexes[] = {
+    DIR("extents", n_amutex_fields), DIR("large", n_amutex_fields), DIR("extent_avail", n_amutex_fields),
+    DIR("extents_dirty", n_amutex_fields), DIR("extents_muzzy", n_amutex_fields),
+    DIR("extents_retained", n_amutex_fields), DIR("decay_dirty", n_amutex_fields),
+    DIR("decay_muzzy", n_amutex_fields), DIR("base", n_amutex_fields), DIR("tcache_list", n_amutex_fields),
+    DIR("hpa_shard", n_amutex_fields), DIR("hpa_shard_grow", n_amutex_fields), DIR("hpa_sec", n_amutex_fields),
+    END};
+_Static_assert(sizeof(amutex_slot) == NKIDS(n_amutexes), "a slot per stats.arenas.<i>.mutexes row");
 /* stats.mutexes.<name>: position = GM_* */
 static const ctl_node_t n_gmutexes[] = {
     DIR("ctl", n_gmutex_fields), DIR("arenas", n_gmutex_fields), DIR("tcache_list", n_gmutex_fields),
     DIR("base", n_gmutex_fields), DIR("rtree", n_gmutex_fields),
     DIR("background_thread", n_gmutex_fields), /* bg_lock: creating, toggling, joining the threads */
     DIR("prof", n_gmutex_fields),              /* prof_lock: samples, sampled frees, dumps' copies */
+    DIR("max_per_bg_thd", n_gmutex_fields), DIR("prof_thds_data", n_gmutex_fields),
+    DIR("prof_dump", n_gmutex_fields), DIR("prof_recent_alloc", n_gmutex_fields),
+    DIR("prof_recent_dump", n_gmutex_fields), DIR("prof_stats", n_gmutex_fields),
     LEAF_H("reset", CT_VOID, h_mutexes_reset, F_NOPRINT, "zero every mutex profile"), END};
 static const ctl_node_t n_sbin_j_kids[] = {
     LEAF_B("nmalloc", CT_U64, nmalloc, C, "regions taken from the bin"),
@@ -775,6 +879,30 @@ static const ctl_node_t n_sext_j_kids[] = {
     LEAF_E("retained_bytes", CT_SIZE, retained_bytes, B, "bytes of retained extents"),
     END};
 static const ctl_node_t n_sext_j = DIR("<j>", n_sext_j_kids);
+/* stats.arenas.<i>.hpa_shard: jemalloc's hugepage allocator, which strata does not have
+ * (opt.hpa is false): every figure is 0, as jemalloc's own with hpa:false. */
+#define HPA_SLAB_ROWS \
+  LEAF_C("npageslabs_nonhuge", CT_SIZE, &u64_zero, "hugepage slabs (no HPA: 0)"), \
+  LEAF_C("npageslabs_huge", CT_SIZE, &u64_zero, "hugepage slabs (no HPA: 0)"), \
+  LEAF_C("nactive_nonhuge", CT_SIZE, &u64_zero, "no HPA: 0"), LEAF_C("nactive_huge", CT_SIZE, &u64_zero, "no HPA: 0"), \
+  LEAF_C("ndirty_nonhuge", CT_SIZE, &u64_zero, "no HPA: 0"), LEAF_C("ndirty_huge", CT_SIZE, &u64_zero, "no HPA: 0"), \
+  LEAF_C("nretained_nonhuge", CT_SIZE, &u64_zero, "no HPA: 0"), END
+static const ctl_node_t n_hpa_slabs[] = {HPA_SLAB_ROWS};
+static const ctl_node_t n_hpa_nonfull_j = DIR("<j>", n_hpa_slabs);
+static const ctl_node_t n_hpa_shard[] = {
+    LEAF_C("sec_bytes", CT_SIZE, &u64_zero, "small extent cache bytes (no HPA: 0)"),
+    LEAF_C("sec_hits", CT_U64, &u64_zero, "no HPA: 0"), LEAF_C("sec_misses", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("sec_dalloc_noflush", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("sec_dalloc_flush", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("sec_overfills", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("npageslabs", CT_SIZE, &u64_zero, "no HPA: 0"), LEAF_C("nactive", CT_SIZE, &u64_zero, "no HPA: 0"),
+    LEAF_C("ndirty", CT_SIZE, &u64_zero, "no HPA: 0"), LEAF_C("npurge_passes", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("npurges", CT_U64, &u64_zero, "no HPA: 0"), LEAF_C("nhugifies", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("nhugify_failures", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("ndehugifies", CT_U64, &u64_zero, "no HPA: 0"),
+    DIR("slabs", n_hpa_slabs), DIR("full_slabs", n_hpa_slabs), DIR("empty_slabs", n_hpa_slabs),
+    IDX("nonfull_slabs", I_ONE, n_hpa_nonfull_j),
+    END};
 static const ctl_node_t n_sarena_i_kids[] = {
     LEAF_A("nthreads", CT_UNSIGNED, nthreads, 0, "threads bound"),
     {.name = "uptime", .type = CT_U64, .src = S_ARENA, .off = offsetof(ctl_arena_stats_t, uptime),
@@ -803,6 +931,9 @@ static const ctl_node_t n_sarena_i_kids[] = {
     LEAF_A("resident", CT_SIZE, resident, B, "resident bytes: active, dirty and metadata pages"),
     LEAF_A("abandoned_vm", CT_SIZE, abandoned_vm, B, "leaked address space (none)"),
     LEAF_A("extent_avail", CT_SIZE, extent_avail, 0, "spare extent structures"),
+    LEAF_C("metadata_edata", CT_SIZE, &u64_zero, "not kept apart: see base"),
+    LEAF_C("metadata_rtree", CT_SIZE, &u64_zero, "not kept apart: see base"),
+    DIR("hpa_shard", n_hpa_shard),
     DIR("mutexes", n_amutexes),
     IDX("bins", I_BIN, n_sbin_j),
     IDX("lextents", I_LEXT, n_slext_j),
@@ -826,7 +957,9 @@ static const ctl_node_t n_stats[] = {
     LEAF_G("resident", CT_SIZE, resident, B, "bytes in resident pages"),
     LEAF_G("mapped", CT_SIZE, mapped, B, "bytes mapped, retained excluded"),
     LEAF_G("retained", CT_SIZE, retained, B, "bytes of address space kept without memory"),
-    LEAF_G("zero_reallocs", CT_SIZE, zero_reallocs, C, "realloc(p, 0) calls"),
+    LEAF_C("metadata_edata", CT_SIZE, &u64_zero, "not kept apart: see metadata"),
+    LEAF_C("metadata_rtree", CT_SIZE, &u64_zero, "not kept apart: see metadata"),
+    LEAF_H("zero_reallocs", CT_SIZE, h_zero_reallocs, F_COUNTER, "realloc(p, 0) calls (live)"),
     DIR("background_thread", n_sbg),
     DIR("guard", n_sguard),
     LEAF_H("tcache_bytes", CT_SIZE, tcache_ctl_bytes, F_BYTES, "bytes all thread caches hold, as last published (live, strata)"),

@@ -75,7 +75,7 @@ typedef struct {
       tcache_stashed_bytes, resident, abandoned_vm, extent_avail;
   uint64_t dirty_npurge, dirty_nmadvise, dirty_purged, muzzy_npurge, muzzy_nmadvise, muzzy_purged;
   ctl_class_stats_t small, large;
-  ctl_mutex_stats_t mutexes[1]; /* extents: the arena's elock */
+  ctl_mutex_stats_t mutexes[2]; /* [0] the arena's elock; [1] zeros: jemalloc locks strata has no per-arena match for */
   ctl_bin_stats_t bins[SZ_NSMALL];
   ctl_lext_stats_t lext[CTL_NLEXT];
   ctl_ext_stats_t ext[PSZ_N];

@@ -791,11 +791,14 @@ typedef struct {
 enum { ZR_FREE, ZR_ALLOC, ZR_ABORT };
 /* Out of memory in an allocating call: errno, and opt.xmalloc's abort (alloc.c). */
 HIDDEN void alloc_oom(void);
+HIDDEN void stats_interval_tick(tsd_t *tsd); /* opt.stats_interval >= 0: ialloc's slow path (stats.c) */
 HIDDEN extern opt_t opt;
 HIDDEN void conf_init(void);
 /* Parses one MALLOC_CONF-syntax string; returns the number of problems reported. */
 HIDDEN int conf_parse(opt_t *o, const char *s, const char *source);
 HIDDEN void conf_print(const opt_t *o);
+enum { CONF_SRC_FILE, CONF_SRC_ENV, CONF_SRC_GLOBAL, CONF_SRC_N }; /* opt.malloc_conf.* positions */
+HIDDEN const char *conf_source_string(unsigned src); /* "" if that source gave nothing */
 
 /* ------------------------------------------------------------------ init.c */
 HIDDEN extern bool strata_ready;
