@@ -149,8 +149,9 @@ done:
     if (ind <= SZ_NSMALL || ind < tcache_nbins) TAG_WORD(p) = 0;
     tsd->allocated += usize;
     alloc_fill(p, usize, zero || opt.zero);
-    if (unlikely(opt.stats_interval >= 0)) stats_interval_tick(tsd);
   }
+  /* allocation hooks, thread.allocatedp, stats_interval (hooks.c) */
+  if (unlikely(__atomic_load_n(&slow_tick_on, __ATOMIC_RELAXED))) slow_tick(tsd);
   return p;
 }
 
@@ -277,9 +278,11 @@ static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind,
 static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
   if (unlikely(prof_on)) {
     idalloc_prof(tsd, p, ed, ind, use_tcache);
-    return;
+  } else {
+    idalloc_body(tsd, p, ed, ind, use_tcache);
   }
-  idalloc_body(tsd, p, ed, ind, use_tcache);
+  /* allocation hooks, thread.deallocatedp (hooks.c) */
+  if (unlikely(__atomic_load_n(&slow_tick_on, __ATOMIC_RELAXED)) && !tsd->reentrant) slow_tick(tsd);
 }
 
 /* ---------------------------------------------------------------- malloc / free */
@@ -296,6 +299,7 @@ static inline __attribute__((always_inline)) void *malloc_general(size_t size) {
   szind_t ind = sz_size2index(size);
   void *p = (tsd && ind) ? ialloc(tsd, ind, false, true, NULL) : NULL;
   if (unlikely(p == NULL)) alloc_oom();
+  if (unlikely(hooks_on())) hook_invoke_alloc(hook_alloc_malloc, p, (uintptr_t)p, size, 0, 0);
   return p;
 }
 
@@ -378,7 +382,7 @@ static NOINLINE void *malloc_slow(size_t size) {
   if (size <= SZ_LOOKUP_MAX) {
     /* Atomic: a thread can get here before strata_init (prof_boot) has finished. */
     if (unlikely(__atomic_load_n(&prof_on, __ATOMIC_RELAXED))) return malloc_prof(size);
-  } else if (likely(strata_tsd.state == TSD_ACTIVE) && !strata_tsd.reentrant) {
+  } else if (likely(strata_tsd.state == TSD_ACTIVE) && !strata_tsd.reentrant && !hooks_on()) {
     /* Cached classes above the lookup table (14-32 KiB): a hit pops the bin here, without
      * ialloc's general path (wl_xthread's 16 KiB blocks; about 110 instructions there). A
      * miss, or a thread without its cache, goes the long way, as do these classes with
@@ -539,6 +543,7 @@ static NOINLINE void free_slow(void *p, bool use_tcache) {
   int saved = errno;
   szind_t ind;
   edata_t *ed = lookup_owned(p, &ind, "free");
+  if (unlikely(hooks_on())) hook_invoke_dalloc(hook_dalloc_free, p, (uintptr_t)p, 0, 0);
   if (ind > SZ_NSMALL) {
     free_slow_large(p, ed, ind, use_tcache, saved);
     return;
@@ -620,7 +625,7 @@ EXPORT void *strata_calloc(size_t n, size_t size) {
     alloc_oom();
     return NULL;
   }
-  if (likely(total <= SZ_LOOKUP_MAX)) {
+  if (likely(total <= SZ_LOOKUP_MAX) && likely(!hooks_on())) {
     void *p = strata_malloc(total);
     if (p) memset(p, 0, total);
     return p;
@@ -629,6 +634,7 @@ EXPORT void *strata_calloc(size_t n, size_t size) {
   szind_t ind = sz_size2index(total);
   void *p = (tsd && ind) ? ialloc(tsd, ind, true, true, NULL) : NULL;
   if (p == NULL) alloc_oom();
+  if (unlikely(hooks_on())) hook_invoke_alloc(hook_alloc_calloc, p, (uintptr_t)p, n, size, 0);
   return p;
 }
 
@@ -676,11 +682,28 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
   return q;
 }
 
+/* The hooks of a reallocation (jemalloc's): in place, the expand hook; moved, the alloc
+ * hook for the new block and the dalloc hook for the old one. */
+static NOINLINE void realloc_hooks(int type, void *p, void *q, size_t old_usize, size_t size, int flags) {
+  bool rallocx = type == hook_alloc_rallocx;
+  if (q == NULL) {
+    hook_invoke_alloc(type, NULL, 0, (uintptr_t)p, size, (uintptr_t)flags);
+  } else if (q == p) {
+    hook_invoke_expand(rallocx ? hook_expand_rallocx : hook_expand_realloc, p, old_usize, usable_size(p),
+                       (uintptr_t)q, (uintptr_t)p, size, (uintptr_t)flags, 0);
+  } else {
+    hook_invoke_alloc(type, q, (uintptr_t)q, (uintptr_t)p, size, (uintptr_t)flags);
+    hook_invoke_dalloc(rallocx ? hook_dalloc_rallocx : hook_dalloc_realloc, p, (uintptr_t)p, size,
+                       (uintptr_t)flags);
+  }
+}
+
 EXPORT void *strata_realloc(void *p, size_t size) {
   if (p == NULL) return strata_malloc(size);
   if (size == 0) {
     __atomic_fetch_add(&stats_zero_reallocs, 1, __ATOMIC_RELAXED); /* stats.zero_reallocs */
     if (opt.zero_realloc == ZR_FREE) { /* the default, as glibc: frees and returns NULL */
+      if (unlikely(hooks_on())) hook_invoke_dalloc(hook_dalloc_realloc, p, (uintptr_t)p, 0, 0);
       strata_free(p);
       return NULL;
     }
@@ -688,8 +711,10 @@ EXPORT void *strata_realloc(void *p, size_t size) {
     size = 1; /* zero_realloc:alloc: a minimal block, as realloc(p, 1) */
   }
   tsd_t *tsd = tsd_fetch();
+  size_t old_usize = unlikely(hooks_on()) ? usable_size(p) : 0;
   void *q = tsd ? irealloc(tsd, p, size, 0, false, true, NULL, "realloc") : NULL;
   if (q == NULL) alloc_oom();
+  if (unlikely(hooks_on())) realloc_hooks(hook_alloc_realloc, p, q, old_usize, size, 0);
   return q;
 }
 
@@ -715,6 +740,8 @@ EXPORT int strata_posix_memalign(void **memptr, size_t alignment, size_t size) {
   void *p = aligned_common(alignment, size);
   if (p == NULL) alloc_oom();
   errno = saved;
+  if (unlikely(hooks_on()))
+    hook_invoke_alloc(hook_alloc_posix_memalign, p, (uintptr_t)(p ? 0 : ENOMEM), (uintptr_t)memptr, alignment, size);
   if (p == NULL) return ENOMEM;
   *memptr = p;
   return 0;
@@ -727,10 +754,18 @@ EXPORT void *strata_aligned_alloc(size_t alignment, size_t size) {
   }
   void *p = aligned_common(alignment, size);
   if (p == NULL) alloc_oom();
+  if (unlikely(hooks_on())) hook_invoke_alloc(hook_alloc_aligned_alloc, p, (uintptr_t)p, alignment, size, 0);
   return p;
 }
 
+static void *memalign_impl(size_t alignment, size_t size);
 EXPORT void *strata_memalign(size_t alignment, size_t size) {
+  void *p = memalign_impl(alignment, size);
+  if (unlikely(hooks_on())) hook_invoke_alloc(hook_alloc_memalign, p, (uintptr_t)p, alignment, size, 0);
+  return p;
+}
+
+static void *memalign_impl(size_t alignment, size_t size) {
   /* glibc: an alignment that is not a power of two is rounded up to one. */
   if (alignment & (alignment - 1)) {
     if (alignment > ((size_t)1 << 62)) {
@@ -746,7 +781,9 @@ EXPORT void *strata_memalign(size_t alignment, size_t size) {
 
 EXPORT void *strata_valloc(size_t size) {
   if (!strata_ready && strata_init()) return NULL;
-  return strata_memalign(os_page, size);
+  void *p = memalign_impl(os_page, size);
+  if (unlikely(hooks_on())) hook_invoke_alloc(hook_alloc_valloc, p, (uintptr_t)p, size, 0, 0);
+  return p;
 }
 
 EXPORT void *strata_pvalloc(size_t size) {
@@ -756,7 +793,9 @@ EXPORT void *strata_pvalloc(size_t size) {
     alloc_oom();
     return NULL;
   }
-  return strata_memalign(os_page, rounded ? rounded : os_page);
+  void *p = memalign_impl(os_page, rounded ? rounded : os_page);
+  if (unlikely(hooks_on())) hook_invoke_alloc(hook_alloc_pvalloc, p, (uintptr_t)p, size, 0, 0);
+  return p;
 }
 
 EXPORT size_t strata_malloc_usable_size(const void *p) { return p ? usable_size(p) : 0; }
@@ -899,6 +938,7 @@ static NOINLINE void *mallocx_slow(size_t size, int flags) {
   tsd_t *tsd = tsd_fetch();
   void *p = tsd ? mallocx_impl(tsd, size, flags) : NULL;
   if (unlikely(p == NULL)) alloc_oom();
+  if (unlikely(hooks_on())) hook_invoke_alloc(hook_alloc_mallocx, p, (uintptr_t)p, size, (uintptr_t)flags, 0);
   return p;
 }
 
@@ -933,8 +973,10 @@ EXPORT void *strata_rallocx(void *p, size_t size, int flags) {
   arena_t *ar = flag_arena(flags, &bad, "rallocx");
   if (bad) return NULL;
   (void)flag_tcache(flags, "rallocx"); /* checked; the copy goes through the thread's cache */
+  size_t old_usize = unlikely(hooks_on()) ? usable_size(p) : 0;
   void *q = irealloc(tsd, p, size, flag_align(flags), FLAG_ZERO(flags), FLAG_TCACHE(flags) != 1, ar, "rallocx");
   if (unlikely(q == NULL) && opt.xmalloc) alloc_oom();
+  if (unlikely(hooks_on())) realloc_hooks(hook_alloc_rallocx, p, q, old_usize, size, flags);
   return q;
 }
 
@@ -977,6 +1019,8 @@ EXPORT size_t strata_xallocx(void *p, size_t size, size_t extra, int flags) {
     tsd->deallocated += old_usize;
     /* zero:true fills every new byte, as the flag does: the grown pages may be reused dirty ones */
     if ((FLAG_ZERO(flags) || opt.zero) && got > old_usize) memset((char *)p + old_usize, 0, got - old_usize);
+    if (unlikely(hooks_on()))
+      hook_invoke_expand(hook_expand_xallocx, p, old_usize, got, got, (uintptr_t)p, size, extra, (uintptr_t)flags);
   }
   return got;
 }

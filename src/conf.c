@@ -658,6 +658,7 @@ void conf_init(void) {
   if (s) problems += conf_parse(&opt, s, "STRATA_CONF");
   s = env_get("MALLOC_CONF", envbuf, sizeof(envbuf));
   if (s) conf_sources[CONF_SRC_ENV] = s, problems += conf_parse(&opt, s, "MALLOC_CONF");
+  if (opt.stats_interval >= 0) __atomic_store_n(&slow_tick_on, true, __ATOMIC_RELEASE); /* hooks.c */
   if (problems && opt.abort_conf) strata_fatal("invalid configuration (abort_conf:true)");
   if (problems && opt.abort) strata_fatal("invalid configuration (abort:true aborts on every warning)");
 }

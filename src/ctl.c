@@ -431,6 +431,7 @@ static int h_thread_counts(const size_t *mib, size_t miblen, void *oldp, size_t 
   if (tsd == NULL) return EAGAIN;
   uint64_t al, de;
   tcache_counts(tsd, &al, &de);
+  hooks_publish(tsd);
   return ctl_copy_out(oldp, oldlenp, mib[1] == 1 ? &al : &de, sizeof(uint64_t));
 }
 
@@ -755,7 +756,10 @@ static const ctl_node_t n_thread[] = {
     DIR("tcache", n_thread_tcache),
     LEAF_H("idle", CT_VOID, h_thread_idle, F_NOPRINT, "flush the cache and purge what decay allows"),
     DIR("prof", n_thread_prof),
+    LEAF_H("allocatedp", CT_VOID, hooks_ctl_thread_countp, F_NOPRINT, "pointer to this thread's allocated bytes (uint64_t *)"),
+    LEAF_H("deallocatedp", CT_VOID, hooks_ctl_thread_countp, F_NOPRINT, "pointer to this thread's freed bytes (uint64_t *)"),
     END};
+_Static_assert(CTL_THREAD_ALLOCATEDP == 6, "thread.allocatedp's position");
 
 static const ctl_node_t n_arena_i_kids[] = {
     LEAF_H("initialized", CT_BOOL, au_arena_initialized, F_NOPRINT, "the arena exists"),
@@ -766,6 +770,7 @@ static const ctl_node_t n_arena_i_kids[] = {
     LEAF_H("decay", CT_VOID, ctl_arena_decay, F_NOPRINT, "purge what the decay curve allows now"),
     LEAF_H("dirty_decay_ms", CT_SSIZE, ctl_arena_dirty_decay_ms, F_NOPRINT, "this arena's dirty decay time"),
     LEAF_H("muzzy_decay_ms", CT_SSIZE, ctl_arena_muzzy_decay_ms, F_NOPRINT, "this arena's muzzy decay time"),
+    LEAF_H("dss", CT_STR, hooks_ctl_arena_dss, F_NOPRINT, "sbrk precedence: always disabled"),
     END};
 static const ctl_node_t n_arena_i = DIR("<i>", n_arena_i_kids);
 
@@ -969,6 +974,19 @@ static const ctl_node_t n_stats[] = {
     DIR("mutexes", n_gmutexes),
     END};
 
+static const ctl_node_t n_exp_hooks[] = {
+    LEAF_H("install", CT_VOID, hooks_ctl_install, F_NOPRINT, "install allocation hooks (hooks_t in, handle out)"),
+    LEAF_H("remove", CT_VOID, hooks_ctl_remove, F_NOPRINT, "remove allocation hooks by handle"),
+    LEAF_H("safety_check_abort", CT_VOID, hooks_ctl_safety_check_abort, F_NOPRINT,
+           "function called with the message of a failed safety check, before the abort"),
+    END};
+static const ctl_node_t n_experimental[] = {
+    DIR("hooks", n_exp_hooks),
+    LEAF_H("batch_alloc", CT_SIZE, hooks_ctl_batch_alloc, F_NOPRINT, "allocate many blocks of one size"),
+    LEAF_H("arenas_create_ext", CT_UNSIGNED, hooks_ctl_arenas_create_ext, F_NOPRINT,
+           "arenas.create with an arena_config_t"),
+    END};
+
 static const ctl_node_t n_root[] = {
     LEAF_C("version", CT_STR, &version_str, "strata version"),
     LEAF_H("epoch", CT_U64, h_epoch, F_NOPRINT, "write to refresh the statistics"),
@@ -982,6 +1000,7 @@ static const ctl_node_t n_root[] = {
     {.name = "prof", .kids = n_prof, .nkids = NKIDS(n_prof), .flags = F_NOPRINT},
     LEAF_H("background_thread", CT_BOOL, ctl_background_thread, 0, "background purging threads are on"),
     LEAF_H("max_background_threads", CT_SIZE, ctl_max_background_threads, 0, "most background threads"),
+    {.name = "experimental", .kids = n_experimental, .nkids = NKIDS(n_experimental), .flags = F_NOPRINT},
     /* Rows for other branches go here (see docs/introspection.md, "Adding a name"). */
     END};
 const ctl_node_t ctl_root = DIR("", n_root);

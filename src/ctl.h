@@ -13,6 +13,7 @@
 #define CTL_ARENAS_DESTROYED 4097 /* MALLCTL_ARENAS_DESTROYED: strata destroys none */
 #define CTL_MAX_DEPTH 8
 #define CTL_NLEXT (SZ_NCLASSES - SZ_NSMALL)
+#define CTL_THREAD_ALLOCATEDP 6 /* position of thread.allocatedp in n_thread (deallocatedp: 7) */
 
 /* Leaf value types, as jemalloc's manual gives them. */
 enum { CT_NONE, CT_BOOL, CT_UNSIGNED, CT_U32, CT_SIZE, CT_SSIZE, CT_U64, CT_STR, CT_VOID };

@@ -132,6 +132,7 @@ static void fork_child(void) {
   fork_locks(op_reinit, true);
   meta_postfork_child();
   bg_postfork_child();
+  hooks_postfork_child();
   prof_postfork(true);
   /* Only the forking thread exists in the child: other threads' caches stay allocated
    * (their regions are lost to the child, as with every allocator) but are unlisted so

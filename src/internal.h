@@ -791,7 +791,38 @@ typedef struct {
 enum { ZR_FREE, ZR_ALLOC, ZR_ABORT };
 /* Out of memory in an allocating call: errno, and opt.xmalloc's abort (alloc.c). */
 HIDDEN void alloc_oom(void);
-HIDDEN void stats_interval_tick(tsd_t *tsd); /* opt.stats_interval >= 0: ialloc's slow path (stats.c) */
+HIDDEN void stats_interval_tick(tsd_t *tsd); /* opt.stats_interval >= 0: from slow_tick (stats.c) */
+/* ------------------------------------------------------------------ hooks.c */
+/* jemalloc's experimental allocation hooks (experimental.hooks.install): its types. */
+typedef enum {
+  hook_alloc_malloc, hook_alloc_posix_memalign, hook_alloc_aligned_alloc, hook_alloc_calloc,
+  hook_alloc_memalign, hook_alloc_valloc, hook_alloc_pvalloc, hook_alloc_mallocx, hook_alloc_realloc,
+  hook_alloc_rallocx
+} hook_alloc_t;
+typedef enum { hook_dalloc_free, hook_dalloc_dallocx, hook_dalloc_sdallocx, hook_dalloc_realloc, hook_dalloc_rallocx } hook_dalloc_t;
+typedef enum { hook_expand_realloc, hook_expand_rallocx, hook_expand_xallocx } hook_expand_t;
+typedef void (*hook_alloc)(void *extra, hook_alloc_t type, void *result, uintptr_t result_raw, uintptr_t args_raw[3]);
+typedef void (*hook_dalloc)(void *extra, hook_dalloc_t type, void *address, uintptr_t args_raw[3]);
+typedef void (*hook_expand)(void *extra, hook_expand_t type, void *address, size_t old_usize, size_t new_usize,
+                            uintptr_t result_raw, uintptr_t args_raw[4]);
+typedef struct {
+  hook_alloc alloc_hook;
+  hook_dalloc dalloc_hook;
+  hook_expand expand_hook;
+  void *extra;
+} hooks_t;
+HIDDEN extern unsigned hooks_n;  /* atomic: hooks installed; entry points call hook_invoke_* when not 0 */
+HIDDEN extern bool slow_tick_on; /* atomic: ialloc and free's slow path call slow_tick */
+HIDDEN void slow_tick(tsd_t *tsd); /* nothing of strata's held */
+HIDDEN void hooks_publish(tsd_t *tsd);
+HIDDEN void hook_invoke_alloc(int type, void *result, uintptr_t result_raw, uintptr_t a0, uintptr_t a1, uintptr_t a2);
+HIDDEN void hook_invoke_dalloc(int type, void *address, uintptr_t a0, uintptr_t a1, uintptr_t a2);
+HIDDEN void hook_invoke_expand(int type, void *address, size_t old_usize, size_t new_usize, uintptr_t result_raw,
+                               uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t a3);
+static inline bool hooks_on(void) { return __atomic_load_n(&hooks_n, __ATOMIC_RELAXED) != 0; }
+HIDDEN void hooks_postfork_child(void);
+/* sizeclass.c: empty malloc's size table (every malloc to malloc_slow) or refill it. */
+HIDDEN void sz_malloc_divert(bool divert);
 HIDDEN extern opt_t opt;
 HIDDEN void conf_init(void);
 /* Parses one MALLOC_CONF-syntax string; returns the number of problems reported. */
@@ -979,6 +1010,8 @@ static inline bool prof_maybe_sampled(const void *p, const edata_t *ed, szind_t 
 HIDDEN extern mtx_t prof_lock; /* stack table and live set (stats.mutexes.prof) */
 HIDDEN void prof_prefork(void);
 HIDDEN void prof_postfork(bool child);
+HIDDEN ctl_handler_t hooks_ctl_install, hooks_ctl_remove, hooks_ctl_safety_check_abort, hooks_ctl_thread_countp,
+    hooks_ctl_batch_alloc, hooks_ctl_arenas_create_ext, hooks_ctl_arena_dss;
 HIDDEN ctl_handler_t prof_ctl_active, prof_ctl_dump, prof_ctl_gdump, prof_ctl_reset, prof_ctl_lg_sample,
     prof_ctl_interval, prof_ctl_thread_name, prof_ctl_thread_active, prof_ctl_opt_prof,
     prof_ctl_opt_prof_active, prof_ctl_opt_thread_active_init, prof_ctl_opt_lg_sample, prof_ctl_opt_prefix,

@@ -167,3 +167,13 @@ unsigned psz_floor(size_t n) {
   if (psz_pages(c) > n && c > 0) c--;
   return c;
 }
+
+/* While allocation hooks are installed every malloc goes to malloc_slow, as with
+ * prof:true (hooks.c); prof:true's table stays empty either way. */
+void sz_malloc_divert(bool divert) {
+  if (prof_on) return;
+  for (size_t s = 0; s <= SZ_MALLOC_FAST_MAX; s += 8) {
+    uint8_t c = divert ? 0 : s <= SZ_LOOKUP_MAX ? sz_lookup[s >> 3] : (uint8_t)SZ_MALLOC_FAST_IND;
+    __atomic_store_n(&sz_malloc_lookup[s >> 3], c, __ATOMIC_RELAXED);
+  }
+}

@@ -1,0 +1,384 @@
+/*
+ * jemalloc_compat.c - what a program written for jemalloc 5.3 expects of the names and
+ * options strata took from it: thread.allocatedp's live counters, arena.<i>.dss,
+ * experimental.hooks.* (alloc, dalloc and expand hooks called, the safety-check hook),
+ * experimental.batch_alloc and arenas_create_ext, a live stats.zero_reallocs, jemalloc's
+ * types for the new names, and the options xmalloc, zero_realloc, zero:true (in-place
+ * growth zeroed), stats_interval and prof_leak_error, each in a child run under
+ * MALLOC_CONF.
+ */
+#define _GNU_SOURCE
+#include "strata_names.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+
+#define MiB ((size_t)1 << 20)
+
+/* jemalloc's hook types (its include/jemalloc/internal/hook.h; an experimental ABI). */
+typedef void (*hook_alloc)(void *extra, int type, void *result, uintptr_t result_raw, uintptr_t args_raw[3]);
+typedef void (*hook_dalloc)(void *extra, int type, void *address, uintptr_t args_raw[3]);
+typedef void (*hook_expand)(void *extra, int type, void *address, size_t old_usize, size_t new_usize,
+                            uintptr_t result_raw, uintptr_t args_raw[4]);
+typedef struct {
+    hook_alloc alloc_hook;
+    hook_dalloc dalloc_hook;
+    hook_expand expand_hook;
+    void *extra;
+} hooks_t;
+enum { HOOK_ALLOC_MALLOC = 0, HOOK_ALLOC_CALLOC = 3, HOOK_DALLOC_FREE = 0, HOOK_EXPAND_XALLOCX = 2 };
+
+/* Runs this test again in a child with MALLOC_CONF set; the child sees COMPAT_CHILD=1. */
+static check_child_t child_result;
+static check_child_t *rerun(const char *test, const char *conf)
+{
+    char mc[256];
+    snprintf(mc, sizeof mc, "MALLOC_CONF=%s", conf);
+    const char *env[] = {"COMPAT_CHILD=1", mc, "STRATA_CONF", NULL};
+    char *argv[] = {"/proc/self/exe", (char *)test, NULL};
+    CHECK(check_exec(argv, env, 60, &child_result) == 0, "cannot run the child");
+    return &child_result;
+}
+static int in_child(void) { return getenv("COMPAT_CHILD") != NULL; }
+
+TEST(test_thread_allocatedp_points_at_live_counters)
+{
+    uint64_t *ap = NULL, *dp = NULL;
+    size_t len = sizeof ap;
+    CHECK_EQ(mallctl("thread.allocatedp", &ap, &len, NULL, 0), 0);
+    CHECK_EQ(len, sizeof(uint64_t *));
+    len = sizeof dp;
+    CHECK_EQ(mallctl("thread.deallocatedp", &dp, &len, NULL, 0), 0);
+    CHECK(ap != NULL && dp != NULL && ap != dp);
+    /* the wrong size is EINVAL, as every jemalloc name */
+    len = 4;
+    CHECK_EQ(mallctl("thread.allocatedp", &ap, &len, NULL, 0), EINVAL);
+    uint64_t a0 = *ap, d0 = *dp;
+    void *p = malloc(4 * MiB);
+    CHECK(p != NULL);
+    CHECK(*ap >= a0 + 4 * MiB, "allocated %llu -> %llu after 4 MiB", (unsigned long long)a0,
+          (unsigned long long)*ap);
+    free(p);
+    CHECK(*dp >= d0 + 4 * MiB, "deallocated %llu -> %llu after freeing 4 MiB", (unsigned long long)d0,
+          (unsigned long long)*dp);
+    /* small blocks: within a thread cache's worth of the exact figure */
+    uint64_t a1 = *ap, exact0, exact1;
+    len = sizeof exact0;
+    CHECK_EQ(mallctl("thread.allocated", &exact0, &len, NULL, 0), 0);
+    static void *keep[20000];
+    for (int i = 0; i < 20000; i++) keep[i] = malloc(64);
+    CHECK_EQ(mallctl("thread.allocated", &exact1, &len, NULL, 0), 0);
+    CHECK(exact1 - exact0 >= 20000 * 64);
+    CHECK(*ap - a1 + 64 * 1024 >= 20000 * 64, "allocatedp moved %llu for 1.28 MB",
+          (unsigned long long)(*ap - a1));
+    CHECK_EQ(*ap, exact1); /* a read of thread.allocated publishes */
+    for (int i = 0; i < 20000; i++) free(keep[i]);
+}
+
+TEST(test_arena_dss_reads_disabled_and_refuses_sbrk)
+{
+    const char *v = NULL;
+    size_t len = sizeof v;
+    CHECK_EQ(mallctl("arena.0.dss", &v, &len, NULL, 0), 0);
+    CHECK(v && strcmp(v, "disabled") == 0);
+    const char *w = "disabled";
+    CHECK_EQ(mallctl("arena.0.dss", NULL, NULL, &w, sizeof w), 0);
+    w = "primary";
+    CHECK_EQ(mallctl("arena.0.dss", NULL, NULL, &w, sizeof w), EFAULT);
+    w = "secondary";
+    CHECK_EQ(mallctl("arena.4096.dss", NULL, NULL, &w, sizeof w), EFAULT);
+    w = "sometimes";
+    CHECK_EQ(mallctl("arena.0.dss", NULL, NULL, &w, sizeof w), EINVAL);
+    CHECK_EQ(mallctl("arena.4000.dss", &v, &len, NULL, 0), EFAULT); /* no such arena */
+}
+
+static struct {
+    int nalloc, ndalloc, nexpand, last_alloc_type;
+    void *last_result, *last_dalloc;
+    size_t last_old, last_new;
+} seen;
+static void on_alloc(void *extra, int type, void *result, uintptr_t raw, uintptr_t args[3])
+{
+    (void)raw, (void)args;
+    if (extra != &seen) return;
+    seen.nalloc++;
+    seen.last_alloc_type = type;
+    seen.last_result = result;
+}
+static void on_dalloc(void *extra, int type, void *address, uintptr_t args[3])
+{
+    (void)type, (void)args;
+    if (extra != &seen) return;
+    seen.ndalloc++;
+    seen.last_dalloc = address;
+}
+static void on_expand(void *extra, int type, void *address, size_t old_usize, size_t new_usize, uintptr_t raw,
+                      uintptr_t args[4])
+{
+    (void)type, (void)address, (void)raw, (void)args;
+    if (extra != &seen) return;
+    seen.nexpand++;
+    seen.last_old = old_usize;
+    seen.last_new = new_usize;
+}
+
+TEST(test_experimental_hooks_are_called_and_removed)
+{
+    hooks_t h = {on_alloc, on_dalloc, on_expand, &seen};
+    void *handle = NULL;
+    size_t len = sizeof handle;
+    CHECK_EQ(mallctl("experimental.hooks.install", &handle, &len, &h, sizeof h), 0);
+    CHECK(handle != NULL);
+    memset(&seen, 0, sizeof seen);
+    void *volatile p = malloc(100);
+    CHECK_EQ(seen.nalloc, 1);
+    CHECK_EQ(seen.last_alloc_type, HOOK_ALLOC_MALLOC);
+    CHECK(seen.last_result == p);
+    free(p);
+    CHECK_EQ(seen.ndalloc, 1);
+    CHECK(seen.last_dalloc == p);
+    for (int i = 0; i < 1000; i++) {
+        void *volatile q = malloc((size_t)(i % 300) + 1);
+        free(q);
+    }
+    CHECK_EQ(seen.nalloc, 1001);
+    CHECK_EQ(seen.ndalloc, 1001);
+    p = calloc(10, 10);
+    CHECK_EQ(seen.last_alloc_type, HOOK_ALLOC_CALLOC);
+    CHECK_EQ(seen.nalloc, 1002); /* once, as calloc */
+    free(p);
+    /* in-place growth: the expand hook with both usable sizes */
+    char *b = mallocx(4 * MiB, 0);
+    CHECK(b != NULL);
+    CHECK_EQ(xallocx(b, 2 * MiB, 0, 0), 2 * MiB);
+    int ne = seen.nexpand;
+    size_t got = xallocx(b, 3 * MiB, 0, 0);
+    if (got == 3 * MiB) {
+        CHECK_EQ(seen.nexpand, ne + 1);
+        CHECK(seen.last_old == 2 * MiB && seen.last_new == 3 * MiB);
+    }
+    dallocx(b, 0);
+    CHECK_EQ(mallctl("experimental.hooks.remove", NULL, NULL, &handle, sizeof handle), 0);
+    int na = seen.nalloc, nd = seen.ndalloc;
+    for (int i = 0; i < 100; i++) {
+        void *volatile q = malloc(48);
+        free(q);
+    }
+    CHECK(seen.nalloc == na && seen.ndalloc == nd, "hooks called after remove");
+    /* a removed handle is no handle */
+    CHECK_EQ(mallctl("experimental.hooks.remove", NULL, NULL, &handle, sizeof handle), EINVAL);
+    /* four at most, as jemalloc */
+    void *hs[5];
+    int ok = 0;
+    for (int i = 0; i < 5; i++) {
+        len = sizeof hs[i];
+        if (mallctl("experimental.hooks.install", &hs[i], &len, &h, sizeof h) == 0) ok++;
+    }
+    CHECK_EQ(ok, 4);
+    for (int i = 0; i < 4; i++) CHECK_EQ(mallctl("experimental.hooks.remove", NULL, NULL, &hs[i], sizeof hs[i]), 0);
+}
+
+static void on_safety(const char *msg)
+{
+    if (strstr(msg, "invalid pointer")) _exit(42);
+}
+static void double_free(void *arg)
+{
+    (void)arg;
+    void (*hook)(const char *) = on_safety;
+    mallctl("experimental.hooks.safety_check_abort", NULL, NULL, &hook, sizeof hook);
+    char *volatile p = malloc(5000);
+    free(p);
+    free((char *)p + 16); /* not a block start: reported */
+}
+
+TEST(test_safety_check_abort_hook_gets_the_message)
+{
+    check_child_t r;
+    CHECK(check_child(double_free, NULL, 30, &r) == 0);
+    CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 42, "child ended with %s; stderr:\n%s",
+          check_status_str(r.status), r.err);
+}
+
+TEST(test_batch_alloc_fills_the_packet)
+{
+    struct {
+        void **ptrs;
+        size_t num, size;
+        int flags;
+    } b;
+    void *ptrs[100];
+    b.ptrs = ptrs, b.num = 100, b.size = 40, b.flags = MALLOCX_ZERO;
+    size_t filled = 0, len = sizeof filled;
+    CHECK_EQ(mallctl("experimental.batch_alloc", &filled, &len, &b, sizeof b), 0);
+    CHECK_EQ(filled, 100);
+    for (int i = 0; i < 100; i++) {
+        CHECK(ptrs[i] && sallocx(ptrs[i], 0) >= 40 && ((char *)ptrs[i])[39] == 0);
+        free(ptrs[i]);
+    }
+}
+
+TEST(test_arenas_create_ext_makes_an_arena)
+{
+    struct {
+        void *extent_hooks;
+        bool metadata_use_hooks;
+    } cfg = {NULL, false};
+    unsigned ind = 0;
+    size_t len = sizeof ind;
+    CHECK_EQ(mallctl("experimental.arenas_create_ext", &ind, &len, &cfg, sizeof cfg), 0);
+    CHECK(ind > 0);
+    void *p = mallocx(100, MALLOCX_ARENA(ind) | MALLOCX_TCACHE_NONE);
+    unsigned owner = 0;
+    len = sizeof owner;
+    CHECK_EQ(mallctl("arenas.lookup", &owner, &len, &p, sizeof p), 0);
+    CHECK_EQ(owner, ind);
+    dallocx(p, MALLOCX_TCACHE_NONE);
+}
+
+TEST(test_stats_zero_reallocs_is_live)
+{
+    size_t before = 0, after = 0, len = sizeof before;
+    CHECK_EQ(mallctl("stats.zero_reallocs", &before, &len, NULL, 0), 0);
+    void *p = malloc(10);
+    CHECK(realloc(p, 0) == NULL);
+    CHECK_EQ(mallctl("stats.zero_reallocs", &after, &len, NULL, 0), 0);
+    CHECK_EQ(after, before + 1); /* no epoch write in between */
+}
+
+/* A selection of the names jemalloc 5.3 has and strata lacked, with jemalloc's types:
+ * the right size reads, another size is EINVAL. */
+TEST(test_new_names_answer_with_jemalloc_types)
+{
+    static const struct {
+        const char *name;
+        size_t size;
+    } names[] = {
+        {"opt.xmalloc", sizeof(bool)},         {"opt.zero_realloc", sizeof(char *)},
+        {"opt.stats_interval", 8},             {"opt.stats_interval_opts", sizeof(char *)},
+        {"opt.prof_leak_error", sizeof(bool)}, {"opt.hpa", sizeof(bool)},
+        {"opt.mutex_max_spin", 8},             {"opt.tcache_nslots_large", sizeof(unsigned)},
+        {"opt.hpa_dirty_mult", sizeof(char *)}, {"opt.malloc_conf.env_var", sizeof(char *)},
+        {"opt.experimental_infallible_new", sizeof(bool)}, {"config.prof_frameptr", sizeof(bool)},
+        {"arenas.hugepage", sizeof(size_t)},   {"stats.metadata_rtree", sizeof(size_t)},
+        {"stats.arenas.0.mutexes.extents_dirty.num_ops", 8},
+        {"stats.arenas.0.mutexes.large.max_num_thds", 4},
+        {"stats.arenas.0.hpa_shard.sec_bytes", sizeof(size_t)},
+        {"stats.arenas.0.hpa_shard.nonfull_slabs.0.ndirty_huge", sizeof(size_t)},
+        {"stats.mutexes.max_per_bg_thd.num_wait", 8}, {"stats.mutexes.prof_dump.num_ops", 8},
+    };
+    uint64_t e = 1;
+    size_t len = sizeof e;
+    CHECK_EQ(mallctl("epoch", &e, &len, &e, sizeof e), 0);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char buf[16];
+        len = names[i].size;
+        int r = mallctl(names[i].name, buf, &len, NULL, 0);
+        CHECK(r == 0 && len == names[i].size, "%s: %d, length %zu", names[i].name, r, len);
+        len = names[i].size + 1;
+        CHECK_EQ(mallctl(names[i].name, buf, &len, NULL, 0), EINVAL);
+    }
+    /* the per-arena names jemalloc gives its extent locks read strata's one lock */
+    void *volatile p = malloc(2 * MiB);
+    free(p);
+    CHECK_EQ(mallctl("epoch", &e, &len, &e, sizeof e), 0);
+    uint64_t a = 0, b = 0;
+    len = sizeof a;
+    CHECK_EQ(mallctl("stats.arenas.4096.mutexes.extents.num_ops", &a, &len, NULL, 0), 0);
+    CHECK_EQ(mallctl("stats.arenas.4096.mutexes.extents_dirty.num_ops", &b, &len, NULL, 0), 0);
+    CHECK(a > 0 && a == b);
+}
+
+/* zero:true: growing a large block in place into reused (dirty) pages zeroes them. */
+TEST(test_zero_true_xallocx_growth_is_zeroed)
+{
+    if (!in_child()) {
+        check_child_t *r = rerun("test_zero_true_xallocx_growth_is_zeroed", "zero:true");
+        CHECK_CHILD_EXITED_0(r);
+        return;
+    }
+    for (int round = 0; round < 8; round++) {
+        char *f = malloc(MiB);
+        memset(f, 0xa5, MiB);
+        free(f);
+        char *p = mallocx(16385, 0);
+        size_t u = sallocx(p, 0);
+        for (size_t i = 0; i < u; i++) CHECK(p[i] == 0, "byte %zu of a fresh block", i);
+        memset(p, 0x11, u);
+        size_t g = xallocx(p, u + 1, 0, 0);
+        for (size_t i = u; i < g; i++) CHECK(p[i] == 0, "byte %zu of %zu after growth from %zu", i, g, u);
+        dallocx(p, 0);
+    }
+}
+
+TEST(test_xmalloc_aborts_on_out_of_memory)
+{
+    if (!in_child()) {
+        check_child_t *r = rerun("test_xmalloc_aborts_on_out_of_memory", "xmalloc:true");
+        CHECK(WIFSIGNALED(r->status) && WTERMSIG(r->status) == SIGABRT, "child ended with %s; stderr:\n%s",
+              check_status_str(r->status), r->err);
+        CHECK(strstr(r->err, "out of memory (xmalloc:true)"), "stderr:\n%s", r->err);
+        return;
+    }
+    volatile size_t huge = SIZE_MAX - 4096;
+    void *volatile p = malloc(huge);
+    CHECK(p == NULL, "malloc(SIZE_MAX - 4096) returned a block");
+}
+
+TEST(test_zero_realloc_modes)
+{
+    if (!in_child()) {
+        check_child_t *r = rerun("test_zero_realloc_modes", "zero_realloc:alloc");
+        CHECK_CHILD_EXITED_0(r);
+        r = rerun("test_zero_realloc_modes", "zero_realloc:abort");
+        CHECK(WIFSIGNALED(r->status) && WTERMSIG(r->status) == SIGABRT, "zero_realloc:abort: %s",
+              check_status_str(r->status));
+        return;
+    }
+    void *p = malloc(100);
+    void *q = realloc(p, 0); /* alloc: a minimal block; abort: never returns */
+    CHECK(q != NULL && malloc_usable_size(q) >= 1);
+    free(q);
+}
+
+TEST(test_stats_interval_prints_as_the_program_allocates)
+{
+    if (!in_child()) {
+        check_child_t *r = rerun("test_stats_interval_prints_as_the_program_allocates",
+                                 "stats_interval:4194304,stats_interval_opts:Jgmdablxe");
+        CHECK_CHILD_EXITED_0(r);
+        int n = 0;
+        for (const char *s = r->err; (s = strstr(s, "\"jemalloc\"")) != NULL; s++) n++;
+        CHECK(n >= 4 && n <= 12, "%d prints for 32 MiB at 4 MiB intervals", n);
+        return;
+    }
+    for (int i = 0; i < 64; i++) {
+        void *volatile p = malloc(MiB / 2);
+        memset(p, 1, 64);
+        free(p);
+    }
+}
+
+TEST(test_prof_leak_error_exits_1_on_leaks)
+{
+    if (!in_child()) {
+        check_child_t *r = rerun("test_prof_leak_error_exits_1_on_leaks",
+                                 "prof:true,prof_leak:true,prof_leak_error:true,lg_prof_sample:0");
+        CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 1, "child ended with %s; stderr:\n%s",
+              check_status_str(r->status), r->err);
+        CHECK(strstr(r->err, "memory leaks were detected"), "stderr:\n%s", r->err);
+        return;
+    }
+    static void *volatile leak;
+    leak = malloc(12345);
+    CHECK(leak != NULL);
+}
+
+int main(int argc, char **argv) { return check_main(argc, argv); }
