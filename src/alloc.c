@@ -143,15 +143,14 @@ done:
    * sampled small block is exchanged for a page of its own (ialloc_prof). */
   if (unlikely(prof_on)) p = ialloc_prof(tsd, p, ind, zero);
   tsd->reentrant = 0;
-  if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
   if (likely(p != NULL)) {
     /* allocated: untagged (cached large classes too: free()'s fast path tags them) */
     if (ind <= SZ_NSMALL || ind < tcache_nbins) TAG_WORD(p) = 0;
     tsd->allocated += usize;
     alloc_fill(p, usize, zero || opt.zero);
   }
-  /* allocation hooks, thread.allocatedp, stats_interval (hooks.c) */
-  if (unlikely(__atomic_load_n(&slow_tick_on, __ATOMIC_RELAXED))) slow_tick(tsd);
+  /* after p is counted: hooks.c's tick (thread.allocatedp) rides on this flag too */
+  if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
   return p;
 }
 
@@ -278,11 +277,9 @@ static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind,
 static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
   if (unlikely(prof_on)) {
     idalloc_prof(tsd, p, ed, ind, use_tcache);
-  } else {
-    idalloc_body(tsd, p, ed, ind, use_tcache);
+    return;
   }
-  /* allocation hooks, thread.deallocatedp (hooks.c) */
-  if (unlikely(__atomic_load_n(&slow_tick_on, __ATOMIC_RELAXED)) && !tsd->reentrant) slow_tick(tsd);
+  idalloc_body(tsd, p, ed, ind, use_tcache);
 }
 
 /* ---------------------------------------------------------------- malloc / free */

@@ -658,7 +658,10 @@ void conf_init(void) {
   if (s) problems += conf_parse(&opt, s, "STRATA_CONF");
   s = env_get("MALLOC_CONF", envbuf, sizeof(envbuf));
   if (s) conf_sources[CONF_SRC_ENV] = s, problems += conf_parse(&opt, s, "MALLOC_CONF");
-  if (opt.stats_interval >= 0) __atomic_store_n(&slow_tick_on, true, __ATOMIC_RELEASE); /* hooks.c */
+  if (opt.stats_interval >= 0) { /* hooks.c's tick, which rides on bg_create_pending */
+    __atomic_store_n(&slow_tick_on, true, __ATOMIC_RELEASE);
+    __atomic_store_n(&bg_create_pending, true, __ATOMIC_RELEASE);
+  }
   if (problems && opt.abort_conf) strata_fatal("invalid configuration (abort_conf:true)");
   if (problems && opt.abort) strata_fatal("invalid configuration (abort:true aborts on every warning)");
 }

@@ -739,9 +739,19 @@ static const ctl_node_t n_opt[] = {
     LEAF_C("stats_metrics_detail", CT_BOOL, &opt.stats_metrics_detail, "per-arena and per-class series (strata)"),
     END};
 
+static const ctl_node_t n_thread_ncached_max[] = {
+    LEAF_H("read_sizeclass", CT_SIZE, compat_ncached_max_read, F_NOPRINT, "blocks of a size's class the cache holds"),
+    LEAF_H("write", CT_STR, compat_ncached_max_write, F_NOPRINT, "per-class limits (accepted, no effect)"),
+    END};
 static const ctl_node_t n_thread_tcache[] = {
     LEAF_H("enabled", CT_BOOL, h_tcache_enabled, F_NOPRINT, "this thread's cache is on"),
     LEAF_H("flush", CT_VOID, h_tcache_flush, F_NOPRINT, "flush this thread's cache"),
+    LEAF_H("max", CT_SIZE, compat_thread_tcache_max, F_NOPRINT, "largest cached size (per process in strata)"),
+    DIR("ncached_max", n_thread_ncached_max),
+    END};
+static const ctl_node_t n_thread_peak[] = {
+    LEAF_H("read", CT_U64, compat_thread_peak_read, F_NOPRINT, "highest net bytes seen since the last reset"),
+    LEAF_H("reset", CT_VOID, compat_thread_peak_reset, F_NOPRINT, "start a new peak"),
     END};
 static const ctl_node_t n_thread_prof[] = {
     LEAF_H("name", CT_STR, prof_ctl_thread_name, F_NOPRINT, "this thread's name in heap profiles"),
@@ -758,6 +768,7 @@ static const ctl_node_t n_thread[] = {
     DIR("prof", n_thread_prof),
     LEAF_H("allocatedp", CT_VOID, hooks_ctl_thread_countp, F_NOPRINT, "pointer to this thread's allocated bytes (uint64_t *)"),
     LEAF_H("deallocatedp", CT_VOID, hooks_ctl_thread_countp, F_NOPRINT, "pointer to this thread's freed bytes (uint64_t *)"),
+    DIR("peak", n_thread_peak),
     END};
 _Static_assert(CTL_THREAD_ALLOCATEDP == 6, "thread.allocatedp's position");
 
@@ -771,6 +782,9 @@ static const ctl_node_t n_arena_i_kids[] = {
     LEAF_H("dirty_decay_ms", CT_SSIZE, ctl_arena_dirty_decay_ms, F_NOPRINT, "this arena's dirty decay time"),
     LEAF_H("muzzy_decay_ms", CT_SSIZE, ctl_arena_muzzy_decay_ms, F_NOPRINT, "this arena's muzzy decay time"),
     LEAF_H("dss", CT_STR, hooks_ctl_arena_dss, F_NOPRINT, "sbrk precedence: always disabled"),
+    LEAF_H("oversize_threshold", CT_SIZE, compat_arena_oversize_threshold, F_NOPRINT, "opt.oversize_threshold (per process)"),
+    LEAF_H("retain_grow_limit", CT_SIZE, compat_arena_retain_grow_limit, F_NOPRINT, "largest growth of retained space"),
+    LEAF_H("name", CT_STR, compat_arena_name, F_NOPRINT, "the arena's name"),
     END};
 static const ctl_node_t n_arena_i = DIR("<i>", n_arena_i_kids);
 
@@ -809,6 +823,10 @@ static const ctl_node_t n_prof[] = {
     LEAF_H("reset", CT_SIZE, prof_ctl_reset, F_NOPRINT, "forget every sample (optionally a new lg_sample)"),
     LEAF_H("lg_sample", CT_SIZE, prof_ctl_lg_sample, F_NOPRINT, "mean bytes between samples, log2"),
     LEAF_H("interval", CT_U64, prof_ctl_interval, F_NOPRINT, "bytes between interval dumps"),
+    LEAF_H("thread_active_init", CT_BOOL, prof_ctl_thread_active_init, F_NOPRINT, "sampling on for threads made from now on"),
+    LEAF_H("prefix", CT_STR, prof_ctl_prefix, F_NOPRINT, "dump file prefix from now on (write-only)"),
+    LEAF_H("log_start", CT_STR, prof_ctl_log, F_NOPRINT, "allocation log (not kept: EFAULT)"),
+    LEAF_H("log_stop", CT_VOID, prof_ctl_log, F_NOPRINT, "allocation log (not kept: EFAULT)"),
     END};
 static const ctl_node_t n_tcache[] = {
     LEAF_H("create", CT_UNSIGNED, au_tcache_create, F_NOPRINT, "make an explicit cache (MALLOCX_TCACHE)"),
@@ -936,6 +954,12 @@ static const ctl_node_t n_sarena_i_kids[] = {
     LEAF_A("resident", CT_SIZE, resident, B, "resident bytes: active, dirty and metadata pages"),
     LEAF_A("abandoned_vm", CT_SIZE, abandoned_vm, B, "leaked address space (none)"),
     LEAF_A("extent_avail", CT_SIZE, extent_avail, 0, "spare extent structures"),
+    LEAF_H("name", CT_STR, compat_arena_name, 0, "the arena's name"),
+    LEAF_C("hpa_sec_bytes", CT_SIZE, &u64_zero, "no HPA: 0"), LEAF_C("hpa_sec_hits", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("hpa_sec_misses", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("hpa_sec_dalloc_noflush", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("hpa_sec_dalloc_flush", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("hpa_sec_overfills", CT_U64, &u64_zero, "no HPA: 0"),
     LEAF_C("metadata_edata", CT_SIZE, &u64_zero, "not kept apart: see base"),
     LEAF_C("metadata_rtree", CT_SIZE, &u64_zero, "not kept apart: see base"),
     DIR("hpa_shard", n_hpa_shard),
@@ -979,12 +1003,36 @@ static const ctl_node_t n_exp_hooks[] = {
     LEAF_H("remove", CT_VOID, hooks_ctl_remove, F_NOPRINT, "remove allocation hooks by handle"),
     LEAF_H("safety_check_abort", CT_VOID, hooks_ctl_safety_check_abort, F_NOPRINT,
            "function called with the message of a failed safety check, before the abort"),
+    LEAF_H("prof_backtrace", CT_VOID, compat_prof_hook, F_NOPRINT, "profiler hook point (none in strata)"),
+    LEAF_H("prof_dump", CT_VOID, compat_prof_hook, F_NOPRINT, "profiler hook point (none in strata)"),
+    LEAF_H("prof_sample", CT_VOID, compat_prof_hook, F_NOPRINT, "profiler hook point (none in strata)"),
+    LEAF_H("prof_sample_free", CT_VOID, compat_prof_hook, F_NOPRINT, "profiler hook point (none in strata)"),
+    LEAF_H("thread_event", CT_VOID, compat_thread_event_hook, F_NOPRINT, "per-thread event hook (EINVAL)"),
+    END};
+static const ctl_node_t n_exp_arena_i_kids[] = {
+    LEAF_H("pactivep", CT_VOID, compat_arena_pactivep, F_NOPRINT, "pointer to the arena's active pages (size_t *)"),
+    END};
+static const ctl_node_t n_exp_arena_i = DIR("<i>", n_exp_arena_i_kids);
+static const ctl_node_t n_exp_prof_recent[] = {
+    LEAF_H("alloc_max", CT_SSIZE, compat_prof_recent, F_NOPRINT, "recent allocations kept (none: -1)"),
+    LEAF_H("alloc_dump", CT_VOID, compat_prof_recent, F_NOPRINT, "not kept: EFAULT"),
+    END};
+static const ctl_node_t n_exp_util[] = {
+    LEAF_H("query", CT_VOID, compat_utilization_query, F_NOPRINT, "how full a pointer's extent and bin are"),
+    LEAF_H("batch_query", CT_VOID, compat_utilization_batch_query, F_NOPRINT, "how full each pointer's extent is"),
     END};
 static const ctl_node_t n_experimental[] = {
     DIR("hooks", n_exp_hooks),
+    IDX("arenas", I_ARENA, n_exp_arena_i),
+    DIR("prof_recent", n_exp_prof_recent),
+    DIR("utilization", n_exp_util),
     LEAF_H("batch_alloc", CT_SIZE, hooks_ctl_batch_alloc, F_NOPRINT, "allocate many blocks of one size"),
     LEAF_H("arenas_create_ext", CT_UNSIGNED, hooks_ctl_arenas_create_ext, F_NOPRINT,
            "arenas.create with an arena_config_t"),
+    END};
+
+static const ctl_node_t n_approx[] = {
+    LEAF_H("active", CT_SIZE, compat_approximate_active, F_NOPRINT, "active bytes now, without an epoch"),
     END};
 
 static const ctl_node_t n_root[] = {
@@ -1001,6 +1049,7 @@ static const ctl_node_t n_root[] = {
     LEAF_H("background_thread", CT_BOOL, ctl_background_thread, 0, "background purging threads are on"),
     LEAF_H("max_background_threads", CT_SIZE, ctl_max_background_threads, 0, "most background threads"),
     {.name = "experimental", .kids = n_experimental, .nkids = NKIDS(n_experimental), .flags = F_NOPRINT},
+    {.name = "approximate_stats", .kids = n_approx, .nkids = NKIDS(n_approx), .flags = F_NOPRINT},
     /* Rows for other branches go here (see docs/introspection.md, "Adding a name"). */
     END};
 const ctl_node_t ctl_root = DIR("", n_root);

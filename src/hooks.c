@@ -38,6 +38,7 @@ static void tick_update(void) {
   bool on = __atomic_load_n(&hooks_n, __ATOMIC_RELAXED) != 0 || opt.stats_interval >= 0 ||
             __atomic_load_n(&slow_tick_on, __ATOMIC_RELAXED);
   __atomic_store_n(&slow_tick_on, on, __ATOMIC_RELEASE);
+  if (on) __atomic_store_n(&bg_create_pending, true, __ATOMIC_RELEASE); /* the tick rides on it */
 }
 
 static bool slot_read(unsigned i, hooks_t *out) {
@@ -127,7 +128,8 @@ void hook_invoke_expand(int type, void *address, size_t old_usize, size_t new_us
 }
 
 /* ---------------------------------------------------------------- the slow-path tick */
-/* ialloc's and free's slow paths, with nothing of strata's held, while slow_tick_on. */
+/* The slow paths' bg_create_wanted (background.c), with nothing of strata's held, while
+ * slow_tick_on: ialloc after each allocation it counts, free's slow path after each free. */
 void slow_tick(tsd_t *tsd) {
   unsigned ep = __atomic_load_n(&hooks_epoch, __ATOMIC_ACQUIRE);
   if (unlikely(ep != hooks_tsd.epoch)) {
@@ -198,6 +200,7 @@ int hooks_ctl_thread_countp(const size_t *mib, size_t miblen, void *oldp, size_t
   if (!hooks_tsd.published) {
     hooks_tsd.published = true;
     __atomic_store_n(&slow_tick_on, true, __ATOMIC_RELEASE);
+    __atomic_store_n(&bg_create_pending, true, __ATOMIC_RELEASE);
   }
   tcache_counts(tsd, &hooks_tsd.allocated, &hooks_tsd.deallocated);
   uint64_t *p = mib[1] == CTL_THREAD_ALLOCATEDP ? &hooks_tsd.allocated : &hooks_tsd.deallocated;

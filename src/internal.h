@@ -812,7 +812,7 @@ typedef struct {
   void *extra;
 } hooks_t;
 HIDDEN extern unsigned hooks_n;  /* atomic: hooks installed; entry points call hook_invoke_* when not 0 */
-HIDDEN extern bool slow_tick_on; /* atomic: ialloc and free's slow path call slow_tick */
+HIDDEN extern bool slow_tick_on; /* atomic: bg_create_wanted calls slow_tick (and bg_create_pending stays set) */
 HIDDEN void slow_tick(tsd_t *tsd); /* nothing of strata's held */
 HIDDEN void hooks_publish(tsd_t *tsd);
 HIDDEN void hook_invoke_alloc(int type, void *result, uintptr_t result_raw, uintptr_t a0, uintptr_t a1, uintptr_t a2);
@@ -1012,6 +1012,12 @@ HIDDEN void prof_prefork(void);
 HIDDEN void prof_postfork(bool child);
 HIDDEN ctl_handler_t hooks_ctl_install, hooks_ctl_remove, hooks_ctl_safety_check_abort, hooks_ctl_thread_countp,
     hooks_ctl_batch_alloc, hooks_ctl_arenas_create_ext, hooks_ctl_arena_dss;
+HIDDEN ctl_handler_t compat_thread_tcache_max, compat_ncached_max_read, compat_ncached_max_write,
+    compat_thread_peak_read, compat_thread_peak_reset, compat_arena_oversize_threshold,
+    compat_arena_retain_grow_limit, compat_arena_name, compat_approximate_active, compat_arena_pactivep,
+    compat_prof_hook, compat_thread_event_hook, compat_prof_recent, prof_ctl_thread_active_init,
+    prof_ctl_prefix, prof_ctl_log, compat_utilization_query, compat_utilization_batch_query;
+HIDDEN void compat_postfork_child(void);
 HIDDEN ctl_handler_t prof_ctl_active, prof_ctl_dump, prof_ctl_gdump, prof_ctl_reset, prof_ctl_lg_sample,
     prof_ctl_interval, prof_ctl_thread_name, prof_ctl_thread_active, prof_ctl_opt_prof,
     prof_ctl_opt_prof_active, prof_ctl_opt_thread_active_init, prof_ctl_opt_lg_sample, prof_ctl_opt_prefix,

@@ -273,6 +273,11 @@ TEST(test_new_names_answer_with_jemalloc_types)
         {"stats.arenas.0.hpa_shard.sec_bytes", sizeof(size_t)},
         {"stats.arenas.0.hpa_shard.nonfull_slabs.0.ndirty_huge", sizeof(size_t)},
         {"stats.mutexes.max_per_bg_thd.num_wait", 8}, {"stats.mutexes.prof_dump.num_ops", 8},
+        {"thread.tcache.max", sizeof(size_t)}, {"thread.peak.read", 8}, {"arena.0.name", sizeof(char *)},
+        {"stats.arenas.0.name", sizeof(char *)}, {"approximate_stats.active", sizeof(size_t)},
+        {"arena.0.retain_grow_limit", sizeof(size_t)}, {"arena.0.oversize_threshold", sizeof(size_t)},
+        {"experimental.arenas.0.pactivep", sizeof(size_t *)}, {"stats.arenas.0.hpa_sec_bytes", sizeof(size_t)},
+        {"prof.thread_active_init", sizeof(bool)},
     };
     uint64_t e = 1;
     size_t len = sizeof e;
@@ -288,12 +293,42 @@ TEST(test_new_names_answer_with_jemalloc_types)
     /* the per-arena names jemalloc gives its extent locks read strata's one lock */
     void *volatile p = malloc(2 * MiB);
     free(p);
+    len = sizeof e;
     CHECK_EQ(mallctl("epoch", &e, &len, &e, sizeof e), 0);
     uint64_t a = 0, b = 0;
     len = sizeof a;
     CHECK_EQ(mallctl("stats.arenas.4096.mutexes.extents.num_ops", &a, &len, NULL, 0), 0);
     CHECK_EQ(mallctl("stats.arenas.4096.mutexes.extents_dirty.num_ops", &b, &len, NULL, 0), 0);
     CHECK(a > 0 && a == b);
+}
+
+TEST(test_utilization_query_describes_the_slab)
+{
+    void *p = malloc(100);
+    struct {
+        void *slabcur;
+        size_t nfree, nregs, size, bin_nfree, bin_nregs;
+    } u;
+    size_t len = sizeof u;
+    CHECK_EQ(mallctl("experimental.utilization.query", &u, &len, &p, sizeof p), 0);
+    CHECK(u.nregs > 1 && u.nfree < u.nregs && u.size >= u.nregs * 100 && u.bin_nregs >= u.nregs,
+          "nfree %zu nregs %zu size %zu bin %zu/%zu", u.nfree, u.nregs, u.size, u.bin_nfree, u.bin_nregs);
+    void *big = malloc(MiB);
+    struct {
+        size_t nfree, nregs, size;
+    } b[2];
+    void *ptrs[2] = {p, big};
+    len = sizeof b;
+    CHECK_EQ(mallctl("experimental.utilization.batch_query", b, &len, ptrs, sizeof ptrs), 0);
+    CHECK(b[0].nregs == u.nregs && b[1].nregs == 1 && b[1].nfree == 0 && b[1].size >= MiB);
+    free(big);
+    free(p);
+    const char *name = "cache-arena";
+    CHECK_EQ(mallctl("arena.0.name", NULL, NULL, &name, sizeof name), 0);
+    const char *got = NULL;
+    len = sizeof got;
+    CHECK_EQ(mallctl("arena.0.name", &got, &len, NULL, 0), 0);
+    CHECK(got && strcmp(got, "cache-arena") == 0);
 }
 
 /* zero:true: growing a large block in place into reused (dirty) pages zeroes them. */
