@@ -235,6 +235,9 @@ static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void 
     }
     return;
   }
+  /* Allocation hooks: a thread gives up its cache while any is installed (hooks.c), so
+   * its frees come here, off the paths a thread cache's flushes take. */
+  if (unlikely(hooks_on())) hook_invoke_dalloc(hook_dalloc_free, p, (uintptr_t)p, 0, 0);
   tsd->reentrant = 1;
   if (ind <= SZ_NSMALL) {
     bin_dalloc_batch(arena_of(ed), ind, &p, 1);
@@ -296,7 +299,6 @@ static inline __attribute__((always_inline)) void *malloc_general(size_t size) {
   szind_t ind = sz_size2index(size);
   void *p = (tsd && ind) ? ialloc(tsd, ind, false, true, NULL) : NULL;
   if (unlikely(p == NULL)) alloc_oom();
-  if (unlikely(hooks_on())) hook_invoke_alloc(hook_alloc_malloc, p, (uintptr_t)p, size, 0, 0);
   return p;
 }
 
@@ -375,11 +377,20 @@ static NOINLINE void *malloc_prof(size_t size) {
   return malloc_prof_general(size);
 }
 
+/* malloc_slow's way when malloc_divert is set: prof:true's malloc_prof, or malloc with
+ * the allocation hooks (hooks.c). Out of line: malloc_slow pays one test for both. */
+static NOINLINE void *malloc_diverted(size_t size) {
+  if (__atomic_load_n(&prof_on, __ATOMIC_RELAXED) && size <= SZ_LOOKUP_MAX) return malloc_prof(size);
+  void *p = malloc_general(size);
+  if (hooks_on()) hook_invoke_alloc(hook_alloc_malloc, p, (uintptr_t)p, size, 0, 0);
+  return p;
+}
+
 static NOINLINE void *malloc_slow(size_t size) {
   if (size <= SZ_LOOKUP_MAX) {
     /* Atomic: a thread can get here before strata_init (prof_boot) has finished. */
-    if (unlikely(__atomic_load_n(&prof_on, __ATOMIC_RELAXED))) return malloc_prof(size);
-  } else if (likely(strata_tsd.state == TSD_ACTIVE) && !strata_tsd.reentrant && !hooks_on()) {
+    if (unlikely(__atomic_load_n(&malloc_divert, __ATOMIC_RELAXED))) return malloc_diverted(size);
+  } else if (likely(strata_tsd.state == TSD_ACTIVE) && !strata_tsd.reentrant) {
     /* Cached classes above the lookup table (14-32 KiB): a hit pops the bin here, without
      * ialloc's general path (wl_xthread's 16 KiB blocks; about 110 instructions there). A
      * miss, or a thread without its cache, goes the long way, as do these classes with
@@ -409,6 +420,11 @@ static NOINLINE void *malloc_slow(size_t size) {
         return p;
       }
     }
+    /* A thread gives up its cache while hooks are installed (hooks.c): its large
+     * mallocs come here. */
+    if (unlikely(__atomic_load_n(&malloc_divert, __ATOMIC_RELAXED))) return malloc_diverted(size);
+  } else if (unlikely(__atomic_load_n(&malloc_divert, __ATOMIC_RELAXED))) {
+    return malloc_diverted(size);
   }
   return malloc_general(size);
 }
@@ -540,7 +556,6 @@ static NOINLINE void free_slow(void *p, bool use_tcache) {
   int saved = errno;
   szind_t ind;
   edata_t *ed = lookup_owned(p, &ind, "free");
-  if (unlikely(hooks_on())) hook_invoke_dalloc(hook_dalloc_free, p, (uintptr_t)p, 0, 0);
   if (ind > SZ_NSMALL) {
     free_slow_large(p, ed, ind, use_tcache, saved);
     return;

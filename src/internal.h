@@ -823,6 +823,8 @@ static inline bool hooks_on(void) { return __atomic_load_n(&hooks_n, __ATOMIC_RE
 HIDDEN void hooks_postfork_child(void);
 /* sizeclass.c: empty malloc's size table (every malloc to malloc_slow) or refill it. */
 HIDDEN void sz_malloc_divert(bool divert);
+/* malloc_slow's one test for prof:true's malloc_prof and the hooks' malloc (alloc.c). */
+HIDDEN extern bool malloc_divert;
 HIDDEN extern opt_t opt;
 HIDDEN void conf_init(void);
 /* Parses one MALLOC_CONF-syntax string; returns the number of problems reported. */
