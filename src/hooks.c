@@ -256,8 +256,9 @@ static bool arena_exists(size_t ind) {
   return a && !__atomic_load_n(&a->destroyed, __ATOMIC_ACQUIRE);
 }
 
-/* arena.<i>.dss: strata never uses sbrk. "disabled" reads and writes; "primary" and
- * "secondary" are EFAULT, as jemalloc answers where sbrk is not supported. */
+/* arena.<i>.dss: strata never uses sbrk: it reads "disabled" always. jemalloc's three
+ * settings are accepted (a program built for jemalloc on Linux, where sbrk is supported,
+ * expects them to succeed) with no effect; another string is EINVAL. */
 int hooks_ctl_arena_dss(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
   (void)miblen;
   if (mib[1] != CTL_ARENAS_ALL && mib[1] != __atomic_load_n(&narenas_total, __ATOMIC_RELAXED) && !arena_exists(mib[1]))
@@ -267,8 +268,7 @@ int hooks_ctl_arena_dss(const size_t *mib, size_t miblen, void *oldp, size_t *ol
     if (newlen != sizeof(v)) return EINVAL;
     memcpy(&v, newp, sizeof(v));
     if (v == NULL) return EINVAL;
-    if (strcmp(v, "primary") == 0 || strcmp(v, "secondary") == 0) return EFAULT;
-    if (strcmp(v, "disabled") != 0) return EINVAL;
+    if (strcmp(v, "primary") != 0 && strcmp(v, "secondary") != 0 && strcmp(v, "disabled") != 0) return EINVAL;
   }
   const char *r = "disabled";
   return ctl_copy_out(oldp, oldlenp, &r, sizeof(r));

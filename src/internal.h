@@ -405,7 +405,7 @@ HIDDEN void extent_dalloc(arena_t *a, edata_t *e);                   /* elock he
  * Those pieces' commitment and resident count pass to the block (elock held). */
 HIDDEN size_t extent_fill_from_dirty(arena_t *a, uintptr_t end, size_t fresh);
 HIDDEN bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size); /* elock held; true on failure */
-HIDDEN void extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size); /* elock held */
+HIDDEN bool extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size); /* elock held; true: not shrunk */
 /* Purges the oldest extents of the dirty or muzzy set (from: ES_DIRTY, ES_MUZZY) down to
  * target_pages: dirty pages go muzzy (MADV_FREE) when lazy, else retained (MADV_DONTNEED)
  * or unmapped (retain:false). elock held on entry and exit, dropped around the
