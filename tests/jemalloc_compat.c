@@ -332,6 +332,105 @@ TEST(test_utilization_query_describes_the_slab)
     CHECK(got && strcmp(got, "cache-arena") == 0);
 }
 
+/* Extent hooks wrapping the defaults, recording which were called (as jemalloc's
+ * test/include/test/extent_hooks.h does). */
+static extent_hooks_t *def_hooks;
+static struct {
+    bool split, merge, dalloc, decommit, purge, refuse_split;
+} ext_seen;
+static void *xh_alloc(extent_hooks_t *h, void *a, size_t s, size_t al, bool *z, bool *c, unsigned i)
+{
+    (void)h, (void)i;
+    return def_hooks->alloc(def_hooks, a, s, al, z, c, 0);
+}
+static bool xh_dalloc(extent_hooks_t *h, void *a, size_t s, bool c, unsigned i)
+{
+    (void)h, (void)a, (void)s, (void)c, (void)i;
+    ext_seen.dalloc = true;
+    return true; /* keep the pages: the decommit and purge hooks follow */
+}
+static void xh_destroy(extent_hooks_t *h, void *a, size_t s, bool c, unsigned i)
+{
+    (void)h, (void)i;
+    def_hooks->destroy(def_hooks, a, s, c, 0);
+}
+static bool xh_commit(extent_hooks_t *h, void *a, size_t s, size_t o, size_t l, unsigned i)
+{
+    (void)h, (void)i;
+    return def_hooks->commit(def_hooks, a, s, o, l, 0);
+}
+static bool xh_decommit(extent_hooks_t *h, void *a, size_t s, size_t o, size_t l, unsigned i)
+{
+    (void)h, (void)a, (void)s, (void)o, (void)l, (void)i;
+    ext_seen.decommit = true;
+    return true;
+}
+static bool xh_purge_lazy(extent_hooks_t *h, void *a, size_t s, size_t o, size_t l, unsigned i)
+{
+    (void)h, (void)i;
+    ext_seen.purge = true;
+    return def_hooks->purge_lazy(def_hooks, a, s, o, l, 0);
+}
+static bool xh_purge_forced(extent_hooks_t *h, void *a, size_t s, size_t o, size_t l, unsigned i)
+{
+    (void)h, (void)i;
+    ext_seen.purge = true;
+    return def_hooks->purge_forced(def_hooks, a, s, o, l, 0);
+}
+static bool xh_split(extent_hooks_t *h, void *a, size_t s, size_t sa, size_t sb, bool c, unsigned i)
+{
+    (void)h, (void)i;
+    ext_seen.split = true;
+    if (ext_seen.refuse_split) return true;
+    return def_hooks->split(def_hooks, a, s, sa, sb, c, 0);
+}
+static bool xh_merge(extent_hooks_t *h, void *a, size_t sa, void *b, size_t sb, bool c, unsigned i)
+{
+    (void)h, (void)i;
+    ext_seen.merge = true;
+    return def_hooks->merge(def_hooks, a, sa, b, sb, c, 0);
+}
+static extent_hooks_t xhooks = {xh_alloc, xh_dalloc, xh_destroy, xh_commit, xh_decommit,
+                                xh_purge_lazy, xh_purge_forced, xh_split, xh_merge};
+
+TEST(test_extent_hooks_called_where_jemalloc_calls_them)
+{
+    size_t len = sizeof def_hooks;
+    CHECK_EQ(mallctl("arena.0.extent_hooks", &def_hooks, &len, NULL, 0), 0);
+    unsigned ind;
+    extent_hooks_t *nh = &xhooks;
+    len = sizeof ind;
+    CHECK_EQ(mallctl("arenas.create", &ind, &len, &nh, sizeof nh), 0);
+    int flags = MALLOCX_ARENA(ind) | MALLOCX_TCACHE_NONE;
+    char purge[64];
+    snprintf(purge, sizeof purge, "arena.%u.purge", ind);
+    char *p = mallocx(32768, flags);
+    CHECK(p != NULL);
+    /* an in-place shrink splits */
+    memset(&ext_seen, 0, sizeof ext_seen);
+    CHECK_EQ(xallocx(p, 16384, 0, flags), 16384);
+    CHECK(ext_seen.split, "no split hook call for an in-place shrink");
+    /* growing back into the free neighbour merges */
+    memset(&ext_seen, 0, sizeof ext_seen);
+    CHECK_EQ(xallocx(p, 32768, 0, flags), 32768);
+    CHECK(ext_seen.merge, "no merge hook call for an in-place growth");
+    /* purging the freed tail: dalloc first, then decommit, then a purge (jemalloc's order) */
+    CHECK_EQ(xallocx(p, 16384, 0, flags), 16384);
+    memset(&ext_seen, 0, sizeof ext_seen);
+    CHECK_EQ(mallctl(purge, NULL, NULL, NULL, 0), 0);
+    CHECK(ext_seen.dalloc && ext_seen.decommit && ext_seen.purge, "dalloc %d decommit %d purge %d",
+          ext_seen.dalloc, ext_seen.decommit, ext_seen.purge);
+    dallocx(p, flags);
+    /* a split hook that refuses: the shrink fails, the block keeps its size */
+    p = mallocx(65536, flags);
+    memset(&ext_seen, 0, sizeof ext_seen);
+    ext_seen.refuse_split = true;
+    CHECK_EQ(xallocx(p, 16384, 0, flags), 65536);
+    CHECK_EQ(sallocx(p, 0), 65536);
+    ext_seen.refuse_split = false;
+    dallocx(p, flags);
+}
+
 /* zero:true: growing a large block in place into reused (dirty) pages zeroes them. */
 TEST(test_zero_true_xallocx_growth_is_zeroed)
 {
