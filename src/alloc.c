@@ -143,13 +143,14 @@ done:
    * sampled small block is exchanged for a page of its own (ialloc_prof). */
   if (unlikely(prof_on)) p = ialloc_prof(tsd, p, ind, zero);
   tsd->reentrant = 0;
-  if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
   if (likely(p != NULL)) {
     /* allocated: untagged (cached large classes too: free()'s fast path tags them) */
     if (ind <= SZ_NSMALL || ind < tcache_nbins) TAG_WORD(p) = 0;
     tsd->allocated += usize;
     alloc_fill(p, usize, zero || opt.zero);
   }
+  /* after p is counted: hooks.c's tick (thread.allocatedp) rides on this flag too */
+  if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
   return p;
 }
 
@@ -234,6 +235,9 @@ static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void 
     }
     return;
   }
+  /* Allocation hooks: a thread gives up its cache while any is installed (hooks.c), so
+   * its frees come here, off the paths a thread cache's flushes take. */
+  if (unlikely(hooks_on())) hook_invoke_dalloc(hook_dalloc_free, p, (uintptr_t)p, 0, 0);
   tsd->reentrant = 1;
   if (ind <= SZ_NSMALL) {
     /* Tagged as a cached region is: a second free of it, by any thread, before a malloc
@@ -286,12 +290,19 @@ static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcac
 }
 
 /* ---------------------------------------------------------------- malloc / free */
+/* Every allocating call's failure: ENOMEM, and with xmalloc:true jemalloc's abort (for
+ * programs that would rather stop than check for NULL). Out of line: failures only. */
+NOINLINE void alloc_oom(void) {
+  if (unlikely(opt.xmalloc)) strata_fatal("out of memory (xmalloc:true)");
+  errno = ENOMEM;
+}
+
 /* malloc's general path: ialloc (which counts the bytes with prof:true). */
 static inline __attribute__((always_inline)) void *malloc_general(size_t size) {
   tsd_t *tsd = tsd_fetch();
   szind_t ind = sz_size2index(size);
   void *p = (tsd && ind) ? ialloc(tsd, ind, false, true, NULL) : NULL;
-  if (unlikely(p == NULL)) errno = ENOMEM;
+  if (unlikely(p == NULL)) alloc_oom();
   return p;
 }
 
@@ -370,10 +381,19 @@ static NOINLINE void *malloc_prof(size_t size) {
   return malloc_prof_general(size);
 }
 
+/* malloc_slow's way when malloc_divert is set: prof:true's malloc_prof, or malloc with
+ * the allocation hooks (hooks.c). Out of line: malloc_slow pays one test for both. */
+static NOINLINE void *malloc_diverted(size_t size) {
+  if (__atomic_load_n(&prof_on, __ATOMIC_RELAXED) && size <= SZ_LOOKUP_MAX) return malloc_prof(size);
+  void *p = malloc_general(size);
+  if (hooks_on()) hook_invoke_alloc(hook_alloc_malloc, p, (uintptr_t)p, size, 0, 0);
+  return p;
+}
+
 static NOINLINE void *malloc_slow(size_t size) {
   if (size <= SZ_LOOKUP_MAX) {
     /* Atomic: a thread can get here before strata_init (prof_boot) has finished. */
-    if (unlikely(__atomic_load_n(&prof_on, __ATOMIC_RELAXED))) return malloc_prof(size);
+    if (unlikely(__atomic_load_n(&malloc_divert, __ATOMIC_RELAXED))) return malloc_diverted(size);
   } else if (likely(strata_tsd.state == TSD_ACTIVE) && !strata_tsd.reentrant) {
     /* Cached classes above the lookup table (14-32 KiB): a hit pops the bin here, without
      * ialloc's general path (wl_xthread's 16 KiB blocks; about 110 instructions there). A
@@ -400,10 +420,15 @@ static NOINLINE void *malloc_slow(size_t size) {
        * class 0 (no class: an impossible size) goes on to malloc_general's ENOMEM. */
       if (likely(ind != 0)) {
         p = ialloc(&strata_tsd, ind, false, true, NULL);
-        if (unlikely(p == NULL)) errno = ENOMEM;
+        if (unlikely(p == NULL)) alloc_oom();
         return p;
       }
     }
+    /* A thread gives up its cache while hooks are installed (hooks.c): its large
+     * mallocs come here. */
+    if (unlikely(__atomic_load_n(&malloc_divert, __ATOMIC_RELAXED))) return malloc_diverted(size);
+  } else if (unlikely(__atomic_load_n(&malloc_divert, __ATOMIC_RELAXED))) {
+    return malloc_diverted(size);
   }
   return malloc_general(size);
 }
@@ -682,10 +707,10 @@ EXPORT void strata_free_aligned_sized(void *p, size_t alignment, size_t size) {
 EXPORT void *strata_calloc(size_t n, size_t size) {
   size_t total;
   if (unlikely(__builtin_mul_overflow(n, size, &total))) {
-    errno = ENOMEM;
+    alloc_oom();
     return NULL;
   }
-  if (likely(total <= SZ_LOOKUP_MAX)) {
+  if (likely(total <= SZ_LOOKUP_MAX) && likely(!hooks_on())) {
     void *p = strata_malloc(total);
     if (p) memset(p, 0, total);
     return p;
@@ -693,7 +718,8 @@ EXPORT void *strata_calloc(size_t n, size_t size) {
   tsd_t *tsd = tsd_fetch();
   szind_t ind = sz_size2index(total);
   void *p = (tsd && ind) ? ialloc(tsd, ind, true, true, NULL) : NULL;
-  if (p == NULL) errno = ENOMEM;
+  if (p == NULL) alloc_oom();
+  if (unlikely(hooks_on())) hook_invoke_alloc(hook_alloc_calloc, p, (uintptr_t)p, n, size, 0);
   return p;
 }
 
@@ -732,7 +758,7 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
         tsd->allocated += usize;
         tsd->deallocated += old_usize;
         void *r = q ? q : p;
-        if (zero && usize > old_usize) memset((char *)r + old_usize, 0, usize - old_usize);
+        if ((zero || opt.zero) && usize > old_usize) memset((char *)r + old_usize, 0, usize - old_usize);
         return r;
       }
     }
@@ -745,23 +771,46 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
   return q;
 }
 
+/* The hooks of a reallocation (jemalloc's): in place, the expand hook; moved, the alloc
+ * hook for the new block and the dalloc hook for the old one. */
+static NOINLINE void realloc_hooks(int type, void *p, void *q, size_t old_usize, size_t size, int flags) {
+  bool rallocx = type == hook_alloc_rallocx;
+  if (q == NULL) {
+    hook_invoke_alloc(type, NULL, 0, (uintptr_t)p, size, (uintptr_t)flags);
+  } else if (q == p) {
+    hook_invoke_expand(rallocx ? hook_expand_rallocx : hook_expand_realloc, p, old_usize, usable_size(p),
+                       (uintptr_t)q, (uintptr_t)p, size, (uintptr_t)flags, 0);
+  } else {
+    hook_invoke_alloc(type, q, (uintptr_t)q, (uintptr_t)p, size, (uintptr_t)flags);
+    hook_invoke_dalloc(rallocx ? hook_dalloc_rallocx : hook_dalloc_realloc, p, (uintptr_t)p, size,
+                       (uintptr_t)flags);
+  }
+}
+
 EXPORT void *strata_realloc(void *p, size_t size) {
   if (p == NULL) return strata_malloc(size);
-  if (size == 0) { /* glibc: frees and returns NULL */
+  if (size == 0) {
     __atomic_fetch_add(&stats_zero_reallocs, 1, __ATOMIC_RELAXED); /* stats.zero_reallocs */
-    strata_free(p);
-    return NULL;
+    if (opt.zero_realloc == ZR_FREE) { /* the default, as glibc: frees and returns NULL */
+      if (unlikely(hooks_on())) hook_invoke_dalloc(hook_dalloc_realloc, p, (uintptr_t)p, 0, 0);
+      strata_free(p);
+      return NULL;
+    }
+    if (opt.zero_realloc == ZR_ABORT) strata_fatal("realloc(non-null pointer, 0) with zero_realloc:abort");
+    size = 1; /* zero_realloc:alloc: a minimal block, as realloc(p, 1) */
   }
   tsd_t *tsd = tsd_fetch();
+  size_t old_usize = unlikely(hooks_on()) ? usable_size(p) : 0;
   void *q = tsd ? irealloc(tsd, p, size, 0, false, true, NULL, "realloc") : NULL;
-  if (q == NULL) errno = ENOMEM;
+  if (q == NULL) alloc_oom();
+  if (unlikely(hooks_on())) realloc_hooks(hook_alloc_realloc, p, q, old_usize, size, 0);
   return q;
 }
 
 EXPORT void *strata_reallocarray(void *p, size_t n, size_t size) {
   size_t total;
   if (unlikely(__builtin_mul_overflow(n, size, &total))) {
-    errno = ENOMEM;
+    alloc_oom();
     return NULL;
   }
   return strata_realloc(p, total);
@@ -778,7 +827,10 @@ EXPORT int strata_posix_memalign(void **memptr, size_t alignment, size_t size) {
   if (unlikely(alignment < sizeof(void *) || (alignment & (alignment - 1)) != 0)) return EINVAL;
   int saved = errno;
   void *p = aligned_common(alignment, size);
+  if (p == NULL) alloc_oom();
   errno = saved;
+  if (unlikely(hooks_on()))
+    hook_invoke_alloc(hook_alloc_posix_memalign, p, (uintptr_t)(p ? 0 : ENOMEM), (uintptr_t)memptr, alignment, size);
   if (p == NULL) return ENOMEM;
   *memptr = p;
   return 0;
@@ -790,11 +842,19 @@ EXPORT void *strata_aligned_alloc(size_t alignment, size_t size) {
     return NULL;
   }
   void *p = aligned_common(alignment, size);
-  if (p == NULL) errno = ENOMEM;
+  if (p == NULL) alloc_oom();
+  if (unlikely(hooks_on())) hook_invoke_alloc(hook_alloc_aligned_alloc, p, (uintptr_t)p, alignment, size, 0);
   return p;
 }
 
+static void *memalign_impl(size_t alignment, size_t size);
 EXPORT void *strata_memalign(size_t alignment, size_t size) {
+  void *p = memalign_impl(alignment, size);
+  if (unlikely(hooks_on())) hook_invoke_alloc(hook_alloc_memalign, p, (uintptr_t)p, alignment, size, 0);
+  return p;
+}
+
+static void *memalign_impl(size_t alignment, size_t size) {
   /* glibc: an alignment that is not a power of two is rounded up to one. */
   if (alignment & (alignment - 1)) {
     if (alignment > ((size_t)1 << 62)) {
@@ -804,23 +864,27 @@ EXPORT void *strata_memalign(size_t alignment, size_t size) {
     alignment = (size_t)1 << (64 - __builtin_clzll(alignment));
   }
   void *p = aligned_common(alignment ? alignment : 1, size);
-  if (p == NULL) errno = ENOMEM;
+  if (p == NULL) alloc_oom();
   return p;
 }
 
 EXPORT void *strata_valloc(size_t size) {
   if (!strata_ready && strata_init()) return NULL;
-  return strata_memalign(os_page, size);
+  void *p = memalign_impl(os_page, size);
+  if (unlikely(hooks_on())) hook_invoke_alloc(hook_alloc_valloc, p, (uintptr_t)p, size, 0, 0);
+  return p;
 }
 
 EXPORT void *strata_pvalloc(size_t size) {
   if (!strata_ready && strata_init()) return NULL;
   size_t rounded = (size + os_page - 1) & ~(os_page - 1);
   if (rounded < size) {
-    errno = ENOMEM;
+    alloc_oom();
     return NULL;
   }
-  return strata_memalign(os_page, rounded ? rounded : os_page);
+  void *p = memalign_impl(os_page, rounded ? rounded : os_page);
+  if (unlikely(hooks_on())) hook_invoke_alloc(hook_alloc_pvalloc, p, (uintptr_t)p, size, 0, 0);
+  return p;
 }
 
 EXPORT size_t strata_malloc_usable_size(const void *p) { return p ? usable_size(p) : 0; }
@@ -962,7 +1026,8 @@ static void *mallocx_impl(tsd_t *tsd, size_t size, int flags) {
 static NOINLINE void *mallocx_slow(size_t size, int flags) {
   tsd_t *tsd = tsd_fetch();
   void *p = tsd ? mallocx_impl(tsd, size, flags) : NULL;
-  if (unlikely(p == NULL)) errno = ENOMEM;
+  if (unlikely(p == NULL)) alloc_oom();
+  if (unlikely(hooks_on())) hook_invoke_alloc(hook_alloc_mallocx, p, (uintptr_t)p, size, (uintptr_t)flags, 0);
   return p;
 }
 
@@ -997,7 +1062,11 @@ EXPORT void *strata_rallocx(void *p, size_t size, int flags) {
   arena_t *ar = flag_arena(flags, &bad, "rallocx");
   if (bad) return NULL;
   (void)flag_tcache(flags, "rallocx"); /* checked; the copy goes through the thread's cache */
-  return irealloc(tsd, p, size, flag_align(flags), FLAG_ZERO(flags), FLAG_TCACHE(flags) != 1, ar, "rallocx");
+  size_t old_usize = unlikely(hooks_on()) ? usable_size(p) : 0;
+  void *q = irealloc(tsd, p, size, flag_align(flags), FLAG_ZERO(flags), FLAG_TCACHE(flags) != 1, ar, "rallocx");
+  if (unlikely(q == NULL) && opt.xmalloc) alloc_oom();
+  if (unlikely(hooks_on())) realloc_hooks(hook_alloc_rallocx, p, q, old_usize, size, flags);
+  return q;
 }
 
 /* Heap profiling: a block resized in place counts as a new allocation of its new size,
@@ -1037,7 +1106,10 @@ EXPORT size_t strata_xallocx(void *p, size_t size, size_t extra, int flags) {
     if (unlikely(prof_on)) xallocx_prof(tsd, p, ed, got);
     tsd->allocated += got;
     tsd->deallocated += old_usize;
-    if (FLAG_ZERO(flags) && got > old_usize) memset((char *)p + old_usize, 0, got - old_usize);
+    /* zero:true fills every new byte, as the flag does: the grown pages may be reused dirty ones */
+    if ((FLAG_ZERO(flags) || opt.zero) && got > old_usize) memset((char *)p + old_usize, 0, got - old_usize);
+    if (unlikely(hooks_on()))
+      hook_invoke_expand(hook_expand_xallocx, p, old_usize, got, got, (uintptr_t)p, size, extra, (uintptr_t)flags);
   }
   return got;
 }

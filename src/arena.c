@@ -197,7 +197,7 @@ bool arena_large_resize(edata_t *e, size_t usize) {
   mtx_lock(&a->elock);
   size_t old_usize = sz_size[e->szind];
   if (shrink) {
-    extent_shrink_inplace(a, e, esize);
+    fail = extent_shrink_inplace(a, e, esize);
   } else if (esize > e->size) {
     fail = extent_grow_inplace(a, e, esize);
   }

@@ -37,7 +37,8 @@ typedef struct {
 } bg_thread_t;
 
 bool bg_enabled;
-bool bg_create_pending;
+bool bg_create_pending;     /* slow paths call bg_create_wanted (for the reasons there) */
+static bool bg_create_real; /* atomic: a background thread is wanted */
 mtx_t bg_lock = MTX_INITIALIZER; /* guards creation, joining and the fields below; stats.mutexes.background_thread */
 static bg_thread_t *bg_threads;         /* atomic pointer: [narenas + 1], from meta_alloc */
 static size_t bg_max;                   /* atomic: max_background_threads as set */
@@ -165,6 +166,7 @@ void bg_wake(arena_t *a) {
   bg_thread_t *t = ts ? &ts[a->ind % bg_nslots()] : NULL;
   if (t == NULL || !__atomic_load_n(&t->started, __ATOMIC_ACQUIRE)) {
     if (t) __atomic_store_n(&t->wanted, true, __ATOMIC_RELAXED);
+    __atomic_store_n(&bg_create_real, true, __ATOMIC_RELAXED);
     __atomic_store_n(&bg_create_pending, true, __ATOMIC_RELEASE);
     return;
   }
@@ -175,11 +177,19 @@ void bg_wake(arena_t *a) {
 }
 
 void bg_create_wanted(void) {
-  if (!__atomic_exchange_n(&bg_create_pending, false, __ATOMIC_ACQ_REL)) return;
+  /* hooks.c's slow-path tick (allocation hooks, thread.allocatedp, stats_interval) keeps
+   * the flag set while it is on, so that it costs the slow paths nothing when off. */
+  if (unlikely(__atomic_load_n(&slow_tick_on, __ATOMIC_ACQUIRE))) {
+    slow_tick(&strata_tsd);
+  } else if (!__atomic_exchange_n(&bg_create_pending, false, __ATOMIC_ACQ_REL)) {
+    return;
+  }
   if (unlikely(prof_want_thread)) prof_free_hook(); /* the heap profiler's dump thread (prof.c) */
+  if (!__atomic_exchange_n(&bg_create_real, false, __ATOMIC_ACQ_REL)) return;
   /* Busy: another thread is creating, toggling or forking (or pthread_create called
    * malloc from inside this function): try again at a later slow path. */
   if (mtx_trylock(&bg_lock)) {
+    __atomic_store_n(&bg_create_real, true, __ATOMIC_RELAXED);
     __atomic_store_n(&bg_create_pending, true, __ATOMIC_RELAXED);
     return;
   }
@@ -254,7 +264,8 @@ void bg_postfork_child(void) {
     for (unsigned i = 0; i <= narenas; i++) bg_slot_init(&bg_threads[i], i);
   }
   __atomic_store_n(&bg_running, 0, __ATOMIC_RELAXED);
-  __atomic_store_n(&bg_create_pending, false, __ATOMIC_RELAXED);
+  __atomic_store_n(&bg_create_real, false, __ATOMIC_RELAXED);
+  __atomic_store_n(&bg_create_pending, __atomic_load_n(&slow_tick_on, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
   for (unsigned i = 0; i < narenas_total; i++) {
     arena_t *a = arenas[i];
     if (a) a->bg_scheduled = false;

@@ -40,6 +40,8 @@ opt_t opt = {
     .soft_limit = 0,
     .hard_limit = 0,
     .pressure_purge = true, /* only where the kernel offers PSI triggers, on the monitor thread */
+    .zero_realloc = ZR_FREE, /* jemalloc 5.3's default, and glibc's behaviour */
+    .stats_interval = -1,    /* jemalloc's default: off */
 };
 
 /* The program's options strings (jemalloc's malloc_conf): weak definitions, so that the
@@ -61,18 +63,94 @@ unsigned conf_program_strings(const char *str[2], const char *name[2]) {
 
 #define MAX_NARENAS 4095 /* the rtree's edata keeps arena indices in 16 bits; one is the oversize arena */
 
-static const char *const known_keys =
-    "narenas, tcache, tcache_max, oversize_threshold, retain, arena_spread, junk, zero, abort, abort_conf, confirm_conf, "
-    "dirty_decay_ms, muzzy_decay_ms, background_thread, max_background_threads, thp, metadata_thp, "
-    "limit_headroom, stats_print, stats_print_opts, stats_file, stats_interval_ms, stats_metrics_detail, "
-    "guard_sample_interval, commit_limit, tcache_total_max, prof, prof_active, prof_thread_active_init, "
-    "lg_prof_sample, prof_prefix, lg_prof_interval, prof_gdump, prof_final, prof_leak, prof_accum, "
-    "prof_format, prof_signal, soft_limit, hard_limit, pressure_purge";
-/* jemalloc options a later version of strata implements: accepted and ignored, with a note. */
-static const char *const later_keys[] = {"percpu_arena", "lg_tcache_max", NULL};
+/* strata's own options and the jemalloc options it implements: the names an unknown
+ * key is compared with for a suggestion (the whole list: docs/jemalloc-compat.md). */
+static const char *const known_keys[] = {
+    "narenas", "tcache", "tcache_max", "oversize_threshold", "retain", "arena_spread", "junk", "zero", "abort",
+    "abort_conf", "confirm_conf", "dirty_decay_ms", "muzzy_decay_ms", "background_thread",
+    "max_background_threads", "thp", "metadata_thp", "limit_headroom", "stats_print", "stats_print_opts",
+    "stats_file", "stats_interval_ms", "stats_metrics_detail", "guard_sample_interval", "commit_limit",
+    "tcache_total_max", "prof", "prof_active", "prof_thread_active_init", "lg_prof_sample", "prof_prefix",
+    "lg_prof_interval", "prof_gdump", "prof_final", "prof_leak", "prof_accum", "prof_format", "prof_signal",
+    "xmalloc", "zero_realloc", "experimental_infallible_new", "prof_leak_error", "stats_interval",
+    "stats_interval_opts", "lg_tcache_max", "soft_limit", "hard_limit", "pressure_purge", NULL};
 
-static void report(const char *what, const char *key, size_t klen, const char *val, size_t vlen,
-                   const char *source, const char *accepted) {
+/* jemalloc 5.3's options that mean nothing in strata: accepted (never a problem, even
+ * under abort_conf: jemalloc knows them), their value checked for its kind, and noted in
+ * one line saying why. */
+enum { NV_BOOL, NV_INT, NV_STR, NV_NUM };
+typedef struct {
+  const char *name;
+  uint8_t kind;
+  const char *why;
+} conf_noop_t;
+#define WHY_HPA "strata has no hugepage allocator (HPA): extents come from arenas"
+#define WHY_TC "strata sizes thread caches itself (tcache_max, tcache_total_max)"
+#define WHY_PROF "not kept by strata's profiler"
+static const conf_noop_t noop_keys[] = {
+    {"dss", NV_STR, "strata never uses sbrk: every extent is mmapped"},
+    {"percpu_arena", NV_STR, "threads are spread over arenas by lock contention (arena_spread), not by CPU"},
+    {"narenas_ratio", NV_NUM, "use narenas (default 4 per CPU)"},
+    {"bin_shards", NV_STR, "one lock per bin; arenas are spread by contention instead"},
+    {"cache_oblivious", NV_BOOL, "large blocks are never offset by a random cache line"},
+    {"trust_madvise", NV_BOOL, "purging checks madvise's result on every call"},
+    {"mutex_max_spin", NV_INT, "strata's locks spin a fixed, CPU-count-scaled time"},
+    {"lg_extent_max_active_fit", NV_INT, "extent reuse is best-fit within a page-size bucket"},
+    {"utrace", NV_BOOL, "no utrace(2) on Linux"},
+    {"log", NV_STR, "strata has no internal event log"},
+    {"process_madvise_max_batch", NV_INT, "pages are purged one extent per madvise call"},
+    {"calloc_madvise_threshold", NV_INT, "calloc zeroes only what fresh pages do not"},
+    {"debug_double_free_max_scan", NV_INT, "every double free is caught by the region's tag, no scan"},
+    {"disable_large_size_classes", NV_BOOL, "large size classes are fixed"},
+    {"huge_arena_pac_thp", NV_BOOL, "the oversize arena follows thp"},
+    {"san_guard_small", NV_INT, "use guard_sample_interval"},
+    {"san_guard_large", NV_INT, "use guard_sample_interval"},
+    {"lg_san_uaf_align", NV_INT, "use guard_sample_interval"},
+    {"slab_sizes", NV_STR, "slab geometry is chosen per class to bound tail waste"},
+    {"tcache_nslots_small_min", NV_INT, WHY_TC},
+    {"tcache_nslots_small_max", NV_INT, WHY_TC},
+    {"tcache_nslots_large", NV_INT, WHY_TC},
+    {"lg_tcache_nslots_mul", NV_INT, WHY_TC},
+    {"tcache_gc_incr_bytes", NV_INT, WHY_TC},
+    {"tcache_gc_delay_bytes", NV_INT, WHY_TC},
+    {"lg_tcache_flush_small_div", NV_INT, WHY_TC},
+    {"lg_tcache_flush_large_div", NV_INT, WHY_TC},
+    {"tcache_ncached_max", NV_STR, WHY_TC},
+    {"experimental_tcache_gc", NV_BOOL, WHY_TC},
+    {"hpa", NV_BOOL, WHY_HPA},
+    {"hpa_slab_max_alloc", NV_INT, WHY_HPA},
+    {"hpa_hugification_threshold", NV_INT, WHY_HPA},
+    {"hpa_hugification_threshold_ratio", NV_NUM, WHY_HPA},
+    {"hpa_hugify_delay_ms", NV_INT, WHY_HPA},
+    {"hpa_hugify_sync", NV_BOOL, WHY_HPA},
+    {"hpa_hugify_style", NV_STR, WHY_HPA},
+    {"hpa_min_purge_interval_ms", NV_INT, WHY_HPA},
+    {"hpa_min_purge_delay_ms", NV_INT, WHY_HPA},
+    {"hpa_purge_threshold", NV_INT, WHY_HPA},
+    {"hpa_purge_threshold_ratio", NV_NUM, WHY_HPA},
+    {"hpa_dirty_mult", NV_NUM, WHY_HPA},
+    {"hpa_sec_nshards", NV_INT, WHY_HPA},
+    {"hpa_sec_max_alloc", NV_INT, WHY_HPA},
+    {"hpa_sec_max_bytes", NV_INT, WHY_HPA},
+    {"hpa_sec_bytes_after_flush", NV_INT, WHY_HPA},
+    {"hpa_sec_batch_fill_extra", NV_INT, WHY_HPA},
+    {"experimental_hpa_start_huge_if_thp_always", NV_BOOL, WHY_HPA},
+    {"experimental_hpa_enforce_hugify", NV_BOOL, WHY_HPA},
+    {"experimental_hpa_max_purge_nhp", NV_INT, WHY_HPA},
+    {"prof_bt_max", NV_INT, "backtraces keep up to 128 frames"},
+    {"prof_recent_alloc_max", NV_INT, WHY_PROF},
+    {"prof_stats", NV_BOOL, WHY_PROF},
+    {"prof_sys_thread_name", NV_BOOL, "use thread.prof.name"},
+    {"prof_time_resolution", NV_STR, WHY_PROF},
+    {"prof_unbias", NV_BOOL, "dumps are always unbiased"},
+    {"prof_log", NV_BOOL, WHY_PROF},
+    {"prof_pid_namespace", NV_BOOL, "dump names carry the pid only"},
+    {NULL, 0, NULL}};
+#undef WHY_HPA
+#undef WHY_TC
+#undef WHY_PROF
+static void report_as(const char *what, const char *key, size_t klen, const char *val, size_t vlen,
+                      const char *source, const char *label, const char *accepted) {
   char k[64], v[128];
   if (klen >= sizeof(k)) klen = sizeof(k) - 1;
   if (vlen >= sizeof(v)) vlen = sizeof(v) - 1;
@@ -81,12 +159,90 @@ static void report(const char *what, const char *key, size_t klen, const char *v
   if (val) memcpy(v, val, vlen);
   v[val ? vlen : 0] = '\0';
   if (val == NULL) {
-    const char *parts[] = {"<strata>: conf: ", what, " \"", k, "\" in ", source, " (accepted: ", accepted, ")\n"};
-    msg_parts(parts, 9);
+    const char *parts[] = {"<strata>: conf: ", what, " \"", k, "\" in ", source, " (", label, accepted, ")\n"};
+    msg_parts(parts, 10);
   } else {
     const char *parts[] = {"<strata>: conf: ", what, " \"", v, "\" for \"", k, "\" in ", source,
-                           " (accepted: ", accepted, ")\n"};
-    msg_parts(parts, 11);
+                           " (", label, accepted, ")\n"};
+    msg_parts(parts, 12);
+  }
+}
+
+static void report(const char *what, const char *key, size_t klen, const char *val, size_t vlen,
+                   const char *source, const char *accepted) {
+  report_as(what, key, klen, val, vlen, source, "accepted: ", accepted);
+}
+
+static bool parse_bool(const char *v, size_t n, bool *out);
+
+/* Edit distance of a key to a name (both short: at most 63 bytes compared). */
+static unsigned edit_distance(const char *a, size_t n, const char *b) {
+  unsigned row[64];
+  size_t m = strlen(b);
+  if (n > 63) n = 63;
+  if (m > 63) m = 63;
+  for (size_t j = 0; j <= m; j++) row[j] = (unsigned)j;
+  for (size_t i = 1; i <= n; i++) {
+    unsigned diag = row[0];
+    row[0] = (unsigned)i;
+    for (size_t j = 1; j <= m; j++) {
+      unsigned up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[m];
+}
+
+/* An unknown key: named, with the closest known name when one is near (a typo), and
+ * where the list of every option is. */
+static void report_unknown(const char *k, size_t klen, const char *source) {
+  const char *best = NULL;
+  unsigned bd = ~0u;
+  for (int i = 0; known_keys[i]; i++) {
+    unsigned d = edit_distance(k, klen, known_keys[i]);
+    if (d < bd) bd = d, best = known_keys[i];
+  }
+  for (int i = 0; noop_keys[i].name; i++) {
+    unsigned d = edit_distance(k, klen, noop_keys[i].name);
+    if (d < bd) bd = d, best = noop_keys[i].name;
+  }
+  unsigned near = klen / 3 < 3 ? (unsigned)(klen / 3) : 3; /* a third of the key, at most 3 edits */
+  if (best && bd > 0 && bd <= (near ? near : 1)) {
+    char hint[96];
+    size_t l = strlen(best);
+    hint[0] = '"';
+    memcpy(hint + 1, best, l);
+    memcpy(hint + 1 + l, "\"?", 3);
+    report_as("unknown option", k, klen, NULL, 0, source, "did you mean ", hint);
+  } else {
+    report_as("unknown option", k, klen, NULL, 0, source, "", "every option: docs/jemalloc-compat.md");
+  }
+}
+
+/* A value of a no-effect option: the kind jemalloc would accept. */
+static bool noop_value_ok(uint8_t kind, const char *v, size_t n) {
+  bool b;
+  size_t i = 0;
+  switch (kind) {
+  case NV_BOOL: return parse_bool(v, n, &b);
+  case NV_INT:
+    if (n > 0 && v[0] == '-') i = 1;
+    if (i == n) return false;
+    for (; i < n; i++) {
+      if ((v[i] < '0' || v[i] > '9') && !(i + 1 == n && strchr("kKmMgG", v[i]))) return false;
+    }
+    return true;
+  case NV_NUM:
+    if (n > 0 && v[0] == '-') i = 1;
+    if (i == n) return false;
+    for (; i < n; i++) {
+      if ((v[i] < '0' || v[i] > '9') && v[i] != '.') return false;
+    }
+    return true;
+  default: return true;
   }
 }
 
@@ -217,7 +373,7 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
     while (*s && *s != ':' && *s != ',' && *s != '\n') s++; /* a key never spans lines */
     size_t klen = (size_t)(s - k);
     if (*s != ':') {
-      report("missing value (key:value) for option", k, klen, NULL, 0, source, known_keys);
+      report("missing value for option", k, klen, NULL, 0, source, "key:value");
       problems++;
       continue;
     }
@@ -266,10 +422,13 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
         report("invalid value", k, klen, v, vlen, source, "milliseconds >= 0, or -1 to never purge by age");
         problems++;
       }
-    } else if (key_is(k, klen, "stats_print_opts") || key_is(k, klen, "stats_file")) {
+    } else if (key_is(k, klen, "stats_print_opts") || key_is(k, klen, "stats_file") ||
+               key_is(k, klen, "stats_interval_opts")) {
       /* statistics output: strings kept in fixed buffers */
       bool file = key_is(k, klen, "stats_file");
-      char *dst = file ? o->stats_file : o->stats_print_opts;
+      char *dst = file ? o->stats_file
+                  : key_is(k, klen, "stats_interval_opts") ? o->stats_interval_opts
+                                                           : o->stats_print_opts;
       size_t cap = file ? sizeof(o->stats_file) : sizeof(o->stats_print_opts);
       size_t bad = 0;
       for (size_t i = 0; i < vlen && !file; i++) bad += strchr("JgmdablxePDT", v[i]) == NULL;
@@ -287,6 +446,34 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
         o->stats_interval_ms = x;
       } else {
         report("invalid value", k, klen, v, vlen, source, "milliseconds from 10 to 2^40");
+        problems++;
+      }
+    } else if (key_is(k, klen, "stats_interval")) {
+      if (vlen == 2 && memcmp(v, "-1", 2) == 0) {
+        o->stats_interval = -1;
+      } else if (parse_size(v, vlen, (uint64_t)1 << 62, &x)) {
+        o->stats_interval = (int64_t)x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "-1 (off) or bytes allocated between statistics prints");
+        problems++;
+      }
+    } else if (key_is(k, klen, "lg_tcache_max")) {
+      /* jemalloc's older spelling of tcache_max: log2 of the largest cached size */
+      if (vlen <= 2 && parse_size(v, vlen, 23, &x)) {
+        o->tcache_max = (size_t)1 << x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "an integer from 0 to 23 (log2 of tcache_max)");
+        problems++;
+      }
+    } else if (key_is(k, klen, "zero_realloc")) {
+      if (key_is(v, vlen, "free")) {
+        o->zero_realloc = ZR_FREE;
+      } else if (key_is(v, vlen, "alloc")) {
+        o->zero_realloc = ZR_ALLOC;
+      } else if (key_is(v, vlen, "abort")) {
+        o->zero_realloc = ZR_ABORT;
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "free, alloc, abort");
         problems++;
       }
     } else if (key_is(k, klen, "max_background_threads")) {
@@ -380,6 +567,9 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
                   : key_is(k, klen, "stats_metrics_detail") ? &o->stats_metrics_detail
                   : key_is(k, klen, "background_thread") ? &o->background_thread
                   : key_is(k, klen, "pressure_purge") ? &o->pressure_purge
+                  : key_is(k, klen, "xmalloc") ? &o->xmalloc
+                  : key_is(k, klen, "experimental_infallible_new") ? &o->infallible_new
+                  : key_is(k, klen, "prof_leak_error") ? &prof_opt.leak_error
                                                     : NULL;
       if (dst) {
         if (parse_bool(v, vlen, &b)) {
@@ -389,12 +579,21 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
           problems++;
         }
       } else {
-        bool later = false;
-        for (int i = 0; later_keys[i]; i++) later |= key_is(k, klen, later_keys[i]);
-        if (later) {
-          report("not supported yet, ignored: option", k, klen, NULL, 0, source, known_keys);
+        const conf_noop_t *nk = NULL;
+        for (int i = 0; noop_keys[i].name && !nk; i++) {
+          if (key_is(k, klen, noop_keys[i].name)) nk = &noop_keys[i];
+        }
+        if (nk && !noop_value_ok(nk->kind, v, vlen)) {
+          report("invalid value", k, klen, v, vlen, source,
+                 nk->kind == NV_BOOL ? "true, false" : nk->kind == NV_INT ? "an integer" : "a number");
+          problems++;
+        } else if (nk) {
+          report_as("no effect in strata: option", k, klen, NULL, 0, source, "", nk->why);
+        } else if (klen > 13 && memcmp(k, "experimental_", 13) == 0) {
+          /* jemalloc tolerates experimental options it does not know: so does strata */
+          report_as("no effect in strata: option", k, klen, NULL, 0, source, "", "an unknown experimental option");
         } else {
-          report("unknown option", k, klen, NULL, 0, source, known_keys);
+          report_unknown(k, klen, source);
           problems++;
         }
       }
@@ -426,6 +625,7 @@ void conf_print(const opt_t *o) {
   char a[24], b[24], c[24], d[24], e[24], f[24], g[24], h[24], i[24], j[24], k[24], l[24];
   static const char *const thp[] = {"default", "always", "never"};
   static const char *const mthp[] = {"disabled", "auto", "always"};
+  static const char *const zr[] = {"free", "alloc", "abort"};
   const char *junk = o->junk == (JUNK_ALLOC | JUNK_FREE) ? "true"
                      : o->junk == JUNK_ALLOC             ? "alloc"
                      : o->junk == JUNK_FREE              ? "free"
@@ -452,16 +652,27 @@ void conf_print(const opt_t *o) {
                          ",tcache_total_max:", fmt_u64(j, o->tcache_total_max),
                          ",soft_limit:", fmt_u64(k, o->soft_limit), ",hard_limit:", fmt_u64(l, o->hard_limit),
                          ",pressure_purge:", o->pressure_purge ? "true" : "false",
+                         ",xmalloc:", o->xmalloc ? "true" : "false",
+                         ",zero_realloc:", zr[o->zero_realloc],
                          ",confirm_conf:true\n"};
   msg_parts(parts, (int)(sizeof(parts) / sizeof(parts[0])));
+}
+
+/* opt.malloc_conf.*: each source's string as read (pointers into the environment, the
+ * program's data or filebuf, never freed). */
+static const char *conf_sources[CONF_SRC_N];
+const char *conf_source_string(unsigned src) {
+  const char *s = src < CONF_SRC_N ? __atomic_load_n(&conf_sources[src], __ATOMIC_ACQUIRE) : NULL;
+  return s ? s : "";
 }
 
 void conf_init(void) {
   static char envbuf[65536], filebuf[4096];
   int problems = 0;
   const char *prog[2], *prog_name[2];
-  for (unsigned i = 0, n = conf_program_strings(prog, prog_name); i < n; i++)
-    problems += conf_parse(&opt, prog[i], prog_name[i]);
+  unsigned nprog = conf_program_strings(prog, prog_name);
+  if (nprog > 0) conf_sources[CONF_SRC_GLOBAL] = prog[0]; /* opt.malloc_conf.global_var */
+  for (unsigned i = 0; i < nprog; i++) problems += conf_parse(&opt, prog[i], prog_name[i]);
   if (os_read_file("/etc/strata.conf", filebuf, sizeof(filebuf)) > 0) {
     /* One option per line or comma-separated; '#' starts a comment line. */
     for (char *p = filebuf; *p; p++) {
@@ -469,12 +680,17 @@ void conf_init(void) {
         while (*p && *p != '\n') *p++ = ' ';
       }
     }
+    conf_sources[CONF_SRC_FILE] = filebuf;
     problems += conf_parse(&opt, filebuf, "/etc/strata.conf");
   }
   const char *s = env_get("STRATA_CONF", envbuf, sizeof(envbuf));
   if (s) problems += conf_parse(&opt, s, "STRATA_CONF");
   s = env_get("MALLOC_CONF", envbuf, sizeof(envbuf));
-  if (s) problems += conf_parse(&opt, s, "MALLOC_CONF");
+  if (s) conf_sources[CONF_SRC_ENV] = s, problems += conf_parse(&opt, s, "MALLOC_CONF");
+  if (opt.stats_interval >= 0) { /* hooks.c's tick, which rides on bg_create_pending */
+    __atomic_store_n(&slow_tick_on, true, __ATOMIC_RELEASE);
+    __atomic_store_n(&bg_create_pending, true, __ATOMIC_RELEASE);
+  }
   if (problems && opt.abort_conf) strata_fatal("invalid configuration (abort_conf:true)");
   if (problems && opt.abort) strata_fatal("invalid configuration (abort:true aborts on every warning)");
 }

@@ -55,10 +55,16 @@ static ctl_global_stats_t snap_global;
 static ctl_arena_stats_t snap_merged, snap_destroyed;
 static ctl_arena_stats_t **snap_arenas; /* [ARENAS_MAX], records from meta_alloc as arenas appear */
 /* stats.mutexes.<name>, in the order of the table's rows */
-enum { GM_CTL, GM_ARENAS, GM_TCACHE_LIST, GM_BASE, GM_RTREE, GM_BG, GM_PROF, GM_N };
+enum { GM_CTL, GM_ARENAS, GM_TCACHE_LIST, GM_BASE, GM_RTREE, GM_BG, GM_PROF, GM_MAX_PER_BG_THD, GM_PROF_THDS_DATA,
+       GM_PROF_DUMP, GM_PROF_RECENT_ALLOC, GM_PROF_RECENT_DUMP, GM_PROF_STATS, GM_N };
 static ctl_mutex_stats_t snap_gmutex[GM_N];
+/* jemalloc's names for locks strata has under another name read that lock; names for
+ * locks strata has no counterpart of (NULL) read zeros. */
 static mtx_t *const gmutex[GM_N] = {&ctl_lock, &arenas_lock, &tcache_list_lock, &meta_lock, &rtree_lock, &bg_lock,
-                                          &prof_lock};
+                                    &prof_lock,
+                                    &bg_lock,   /* max_per_bg_thd: every background thread sleeps on bg_lock */
+                                    &prof_lock, /* prof_thds_data: threads' profiling names live under prof_lock */
+                                    &prof_dump_lock, NULL, NULL, NULL};
 
 uint64_t stats_zero_reallocs;
 
@@ -234,6 +240,7 @@ void ctl_refresh(void) {
   }
   snap_tcaches();
   for (int g = 0; g < GM_N; g++) {
+    if (gmutex[g] == NULL) continue;
     if (g != GM_CTL) mtx_lock(gmutex[g]);
     mutex_read(gmutex[g], &snap_gmutex[g]);
     if (g != GM_CTL) mtx_unlock(gmutex[g]);
@@ -358,6 +365,12 @@ int ctl_copy_out(void *oldp, size_t *oldlenp, const void *val, size_t len) {
   } while (0)
 #define RETURN_OUT(var) return ctl_copy_out(oldp, oldlenp, &(var), sizeof(var))
 
+/* stats.arenas.<i>.mutexes.<name>: the record slot of each row of n_amutexes. strata's
+ * arena has one lock (elock) for what jemalloc guards with eight: each of those names
+ * reads it. base and tcache_list are process-wide locks in strata (stats.mutexes.base,
+ * stats.mutexes.tcache_list) and the hpa locks have no counterpart: slot 1, zeros. */
+static const uint8_t amutex_slot[] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1};
+
 /* The address of a table leaf's value (ctl_lock held for snapshot sources). */
 static const void *leaf_addr(const ctl_node_t *n, const size_t *mib) {
   const ctl_arena_stats_t *s;
@@ -371,7 +384,7 @@ static const void *leaf_addr(const ctl_node_t *n, const size_t *mib) {
     if (n->src == S_ARENA) return (const char *)s + n->off;
     if (n->src == S_BIN) return (const char *)&s->bins[mib[4]] + n->off;
     if (n->src == S_LEXT) return (const char *)&s->lext[mib[4]] + n->off;
-    if (n->src == S_AMUTEX) return (const char *)&s->mutexes[mib[4]] + n->off;
+    if (n->src == S_AMUTEX) return (const char *)&s->mutexes[amutex_slot[mib[4]]] + n->off;
     return (const char *)&s->ext[mib[4]] + n->off;
   }
   return NULL;
@@ -418,6 +431,7 @@ static int h_thread_counts(const size_t *mib, size_t miblen, void *oldp, size_t 
   if (tsd == NULL) return EAGAIN;
   uint64_t al, de;
   tcache_counts(tsd, &al, &de);
+  hooks_publish(tsd);
   return ctl_copy_out(oldp, oldlenp, mib[1] == 1 ? &al : &de, sizeof(uint64_t));
 }
 
@@ -518,7 +532,9 @@ static int h_mutexes_reset(const size_t *mib, size_t miblen, void *oldp, size_t 
                            size_t newlen) {
   (void)mib, (void)miblen;
   NEITHER_READ_NOR_WRITE();
-  for (int g = 0; g < GM_N; g++) mutex_reset(gmutex[g]);
+  for (int g = 0; g < GM_N; g++) {
+    if (gmutex[g] != NULL && (g == 0 || gmutex[g] != gmutex[g - 1])) mutex_reset(gmutex[g]);
+  }
   for (size_t i = 0; i < ctl_narenas_total(); i++) {
     arena_t *a = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
     if (a == NULL) continue;
@@ -526,6 +542,15 @@ static int h_mutexes_reset(const size_t *mib, size_t miblen, void *oldp, size_t 
     mutex_reset(&a->elock);
   }
   return 0;
+}
+
+/* stats.zero_reallocs: live, as jemalloc's (not from the snapshot). */
+static int h_zero_reallocs(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                           size_t newlen) {
+  (void)mib, (void)miblen;
+  READONLY();
+  size_t v = (size_t)__atomic_load_n(&stats_zero_reallocs, __ATOMIC_RELAXED);
+  RETURN_OUT(v);
 }
 
 /* ---------------------------------------------------------------- index checks */
@@ -546,6 +571,9 @@ static const ctl_index_t I_STATS_ARENA = {idx_stats_arena, ctl_narenas_total};
 static const ctl_index_t I_BIN = {idx_bin, cnt_bins};
 static const ctl_index_t I_LEXT = {idx_lext, cnt_lext};
 static const ctl_index_t I_EXT = {idx_ext, cnt_ext};
+static int idx_one(const size_t *mib, size_t pos, size_t i) { return (void)mib, (void)pos, i < 1 ? 0 : ENOENT; }
+static size_t cnt_one(void) { return 1; }
+static const ctl_index_t I_ONE = {idx_one, cnt_one}; /* hpa_shard.nonfull_slabs: one bucket of zeros */
 
 /* ---------------------------------------------------------------- the table */
 #define END {.name = NULL}
@@ -575,7 +603,7 @@ static const ctl_index_t I_EXT = {idx_ext, cnt_ext};
 #define P F_PAGES
 
 static const char *const version_str = STRATA_VERSION;
-static const char *const str_disabled = "disabled", *const str_free = "free", *const str_empty = "";
+static const char *const str_disabled = "disabled", *const str_empty = "";
 static const char *const opt_spo = opt.stats_print_opts, *const opt_sfile = opt.stats_file;
 static const bool b_true = true, b_false = false;
 #ifdef STRATA_DEBUG
@@ -585,7 +613,8 @@ static const bool b_true = true, b_false = false;
 #endif
 static const uint32_t u32_one = 1;
 static const unsigned u_nbins = SZ_NSMALL, u_nlextents = CTL_NLEXT;
-static const size_t z_quantum = 16;
+static const size_t z_quantum = 16, z_hugepage = (size_t)2 << 20;
+static const uint64_t u64_zero = 0; /* CT_SIZE and CT_U64 zeros (both 8 bytes) */
 
 static const ctl_node_t n_config[] = {
     LEAF_C("cache_oblivious", CT_BOOL, &b_false, "large allocations are not offset by a random cache line"),
@@ -599,7 +628,42 @@ static const ctl_node_t n_config[] = {
     LEAF_C("prof_libunwind", CT_BOOL, &b_false, "profiling backtraces by libunwind"),
     LEAF_C("stats", CT_BOOL, &b_true, "statistics are kept"),
     LEAF_C("utrace", CT_BOOL, &b_false, "utrace(2) tracing"),
-    LEAF_C("xmalloc", CT_BOOL, &b_false, "abort on out-of-memory"),
+    LEAF_C("xmalloc", CT_BOOL, &b_true, "opt.xmalloc is supported"),
+    LEAF_C("prof_frameptr", CT_BOOL, &b_false, "profiling backtraces by frame pointers (strata unwinds)"),
+    END};
+
+#define NOOP_C(nm, T, addr) LEAF_C(nm, T, addr, "jemalloc option with no effect in strata (docs/jemalloc-compat.md)")
+static const char *const opt_sio = opt.stats_interval_opts;
+static const char *const str_025 = "0.25", *const str_lazy = "lazy", *const str_default = "default";
+static const int64_t i64_600 = 600, i64_m1 = -1, i64_1 = 1;
+static const size_t z_6 = 6, z_64k = 65536, z_hpa_thr = 1992294, z_4096 = 4096, z_2 = 2, z_32k = 32768,
+                    z_256k = 262144, z_3 = 3;
+static const uint64_t u64_10000 = 10000, u64_5000 = 5000;
+static const unsigned u_20 = 20, u_200 = 200, u_1 = 1, u_0 = 0, u_128 = 128;
+
+static int h_opt_zero_realloc(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                              size_t newlen) {
+  (void)mib, (void)miblen;
+  READONLY();
+  static const char *const names[] = {"free", "alloc", "abort"};
+  const char *v = names[opt.zero_realloc];
+  RETURN_OUT(v);
+}
+
+/* opt.malloc_conf.*: the option strings strata read at start, by source. */
+static int h_opt_malloc_conf(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                             size_t newlen) {
+  (void)miblen;
+  READONLY();
+  const char *v = conf_source_string((unsigned)mib[2]);
+  RETURN_OUT(v);
+}
+/* positions = CONF_SRC_* (conf.c) */
+static const ctl_node_t n_opt_malloc_conf[] = {
+    LEAF_H("symlink", CT_STR, h_opt_malloc_conf, F_NOPRINT, "/etc/strata.conf (strata reads no /etc/malloc.conf link)"),
+    LEAF_H("env_var", CT_STR, h_opt_malloc_conf, F_NOPRINT, "MALLOC_CONF as read at start"),
+    LEAF_H("global_var", CT_STR, h_opt_malloc_conf, F_NOPRINT, "the program's malloc_conf"),
+    LEAF_H("global_var_2_conf_harder", CT_STR, h_opt_malloc_conf, F_NOPRINT, "none in strata"),
     END};
 
 static const ctl_node_t n_opt[] = {
@@ -637,20 +701,60 @@ static const ctl_node_t n_opt[] = {
     LEAF_H("prof_accum", CT_BOOL, prof_ctl_opt_accum, 0, "accumulated counts in dumps"),
     LEAF_H("junk", CT_STR, h_opt_junk, 0, "junk filling"),
     LEAF_C("zero", CT_BOOL, &opt.zero, "zero every allocation"),
-    LEAF_C("experimental_infallible_new", CT_BOOL, &b_false, "abort when operator new fails"),
+    LEAF_C("experimental_infallible_new", CT_BOOL, &opt.infallible_new, "abort when operator new fails"),
     LEAF_C("tcache", CT_BOOL, &opt.tcache, "thread caches"),
     LEAF_C("tcache_max", CT_SIZE, &opt.tcache_max, "largest size class cached per thread"),
     LEAF_C("stats_print", CT_BOOL, &opt.stats_print, "malloc_stats_print at exit"),
     LEAF_C("stats_print_opts", CT_STR, &opt_spo, "options of the print at exit"),
-    LEAF_C("zero_realloc", CT_STR, &str_free, "realloc(p, 0) frees p"),
+    LEAF_H("zero_realloc", CT_STR, h_opt_zero_realloc, 0, "what realloc(p, 0) does: free, alloc, abort"),
+    LEAF_C("xmalloc", CT_BOOL, &opt.xmalloc, "abort on out-of-memory"),
+    LEAF_C("stats_interval", CT_SSIZE, &opt.stats_interval, "bytes allocated between statistics prints, -1 off"),
+    LEAF_C("stats_interval_opts", CT_STR, &opt_sio, "options of the interval prints"),
+    LEAF_H("prof_leak_error", CT_BOOL, prof_ctl_opt_leak_error, 0, "exit 1 when prof_leak finds leaks"),
+    /* jemalloc's options with no effect in strata (docs/jemalloc-compat.md): jemalloc's
+     * type and default, so that readers get what they expect. */
+    NOOP_C("trust_madvise", CT_BOOL, &b_false), NOOP_C("utrace", CT_BOOL, &b_false),
+    NOOP_C("mutex_max_spin", CT_SSIZE, &i64_600), NOOP_C("lg_extent_max_active_fit", CT_SIZE, &z_6),
+    NOOP_C("hpa", CT_BOOL, &b_false), NOOP_C("hpa_slab_max_alloc", CT_SIZE, &z_64k),
+    NOOP_C("hpa_hugification_threshold", CT_SIZE, &z_hpa_thr), NOOP_C("hpa_hugify_delay_ms", CT_U64, &u64_10000),
+    NOOP_C("hpa_hugify_sync", CT_BOOL, &b_false), NOOP_C("hpa_min_purge_interval_ms", CT_U64, &u64_5000),
+    NOOP_C("experimental_hpa_max_purge_nhp", CT_SSIZE, &i64_m1), NOOP_C("hpa_dirty_mult", CT_STR, &str_025),
+    NOOP_C("hpa_purge_threshold", CT_SIZE, &z_4096), NOOP_C("hpa_min_purge_delay_ms", CT_U64, &u64_zero),
+    NOOP_C("hpa_hugify_style", CT_STR, &str_lazy), NOOP_C("hpa_sec_nshards", CT_SIZE, &z_2),
+    NOOP_C("hpa_sec_max_alloc", CT_SIZE, &z_32k), NOOP_C("hpa_sec_max_bytes", CT_SIZE, &z_256k),
+    NOOP_C("hpa_sec_batch_fill_extra", CT_SIZE, &z_3), NOOP_C("hpa_sec_bytes_after_flush", CT_SIZE, &z_256k),
+    NOOP_C("experimental_hpa_start_huge_if_thp_always", CT_BOOL, &b_true),
+    NOOP_C("experimental_hpa_enforce_hugify", CT_BOOL, &b_false), NOOP_C("huge_arena_pac_thp", CT_BOOL, &b_false),
+    NOOP_C("experimental_tcache_gc", CT_BOOL, &b_true), NOOP_C("tcache_nslots_small_min", CT_UNSIGNED, &u_20),
+    NOOP_C("tcache_nslots_small_max", CT_UNSIGNED, &u_200), NOOP_C("tcache_nslots_large", CT_UNSIGNED, &u_20),
+    NOOP_C("lg_tcache_nslots_mul", CT_SSIZE, &i64_1), NOOP_C("tcache_gc_incr_bytes", CT_SIZE, &z_64k),
+    NOOP_C("tcache_gc_delay_bytes", CT_SIZE, &u64_zero), NOOP_C("lg_tcache_flush_small_div", CT_UNSIGNED, &u_1),
+    NOOP_C("lg_tcache_flush_large_div", CT_UNSIGNED, &u_1),
+    NOOP_C("debug_double_free_max_scan", CT_UNSIGNED, &u_0),
+    NOOP_C("disable_large_size_classes", CT_BOOL, &b_true), NOOP_C("process_madvise_max_batch", CT_SIZE, &u64_zero),
+    NOOP_C("prof_bt_max", CT_UNSIGNED, &u_128), NOOP_C("prof_pid_namespace", CT_BOOL, &b_false),
+    NOOP_C("prof_recent_alloc_max", CT_SSIZE, &i64_m1), NOOP_C("prof_stats", CT_BOOL, &b_false),
+    NOOP_C("prof_sys_thread_name", CT_BOOL, &b_false), NOOP_C("prof_time_resolution", CT_STR, &str_default),
+    NOOP_C("lg_san_uaf_align", CT_SSIZE, &i64_m1),
+    {.name = "malloc_conf", .kids = n_opt_malloc_conf, .nkids = NKIDS(n_opt_malloc_conf), .flags = F_NOPRINT},
     LEAF_C("stats_file", CT_STR, &opt_sfile, "OpenMetrics textfile (strata)"),
     LEAF_C("stats_interval_ms", CT_U64, &opt.stats_interval_ms, "rewrite period of stats_file (strata)"),
     LEAF_C("stats_metrics_detail", CT_BOOL, &opt.stats_metrics_detail, "per-arena and per-class series (strata)"),
     END};
 
+static const ctl_node_t n_thread_ncached_max[] = {
+    LEAF_H("read_sizeclass", CT_SIZE, compat_ncached_max_read, F_NOPRINT, "blocks of a size's class the cache holds"),
+    LEAF_H("write", CT_STR, compat_ncached_max_write, F_NOPRINT, "per-class limits (accepted, no effect)"),
+    END};
 static const ctl_node_t n_thread_tcache[] = {
     LEAF_H("enabled", CT_BOOL, h_tcache_enabled, F_NOPRINT, "this thread's cache is on"),
     LEAF_H("flush", CT_VOID, h_tcache_flush, F_NOPRINT, "flush this thread's cache"),
+    LEAF_H("max", CT_SIZE, compat_thread_tcache_max, F_NOPRINT, "largest cached size (per process in strata)"),
+    DIR("ncached_max", n_thread_ncached_max),
+    END};
+static const ctl_node_t n_thread_peak[] = {
+    LEAF_H("read", CT_U64, compat_thread_peak_read, F_NOPRINT, "highest net bytes seen since the last reset"),
+    LEAF_H("reset", CT_VOID, compat_thread_peak_reset, F_NOPRINT, "start a new peak"),
     END};
 static const ctl_node_t n_thread_prof[] = {
     LEAF_H("name", CT_STR, prof_ctl_thread_name, F_NOPRINT, "this thread's name in heap profiles"),
@@ -665,7 +769,11 @@ static const ctl_node_t n_thread[] = {
     DIR("tcache", n_thread_tcache),
     LEAF_H("idle", CT_VOID, h_thread_idle, F_NOPRINT, "flush the cache and purge what decay allows"),
     DIR("prof", n_thread_prof),
+    LEAF_H("allocatedp", CT_VOID, hooks_ctl_thread_countp, F_NOPRINT, "pointer to this thread's allocated bytes (uint64_t *)"),
+    LEAF_H("deallocatedp", CT_VOID, hooks_ctl_thread_countp, F_NOPRINT, "pointer to this thread's freed bytes (uint64_t *)"),
+    DIR("peak", n_thread_peak),
     END};
+_Static_assert(CTL_THREAD_ALLOCATEDP == 6, "thread.allocatedp's position");
 
 static const ctl_node_t n_arena_i_kids[] = {
     LEAF_H("initialized", CT_BOOL, au_arena_initialized, F_NOPRINT, "the arena exists"),
@@ -676,6 +784,10 @@ static const ctl_node_t n_arena_i_kids[] = {
     LEAF_H("decay", CT_VOID, ctl_arena_decay, F_NOPRINT, "purge what the decay curve allows now"),
     LEAF_H("dirty_decay_ms", CT_SSIZE, ctl_arena_dirty_decay_ms, F_NOPRINT, "this arena's dirty decay time"),
     LEAF_H("muzzy_decay_ms", CT_SSIZE, ctl_arena_muzzy_decay_ms, F_NOPRINT, "this arena's muzzy decay time"),
+    LEAF_H("dss", CT_STR, hooks_ctl_arena_dss, F_NOPRINT, "sbrk precedence: always disabled"),
+    LEAF_H("oversize_threshold", CT_SIZE, compat_arena_oversize_threshold, F_NOPRINT, "opt.oversize_threshold (per process)"),
+    LEAF_H("retain_grow_limit", CT_SIZE, compat_arena_retain_grow_limit, F_NOPRINT, "largest growth of retained space"),
+    LEAF_H("name", CT_STR, compat_arena_name, F_NOPRINT, "the arena's name"),
     END};
 static const ctl_node_t n_arena_i = DIR("<i>", n_arena_i_kids);
 
@@ -695,6 +807,7 @@ static const ctl_node_t n_arenas[] = {
     LEAF_H("nlive", CT_UNSIGNED, arena_ctl_nlive, 0, "ordinary arenas threads are spread over now (strata)"),
     LEAF_C("quantum", CT_SIZE, &z_quantum, "quantum"),
     LEAF_C("page", CT_SIZE, &os_page, "page size"),
+    LEAF_C("hugepage", CT_SIZE, &z_hugepage, "huge page size"),
     LEAF_H("tcache_max", CT_SIZE, h_arenas_tcache_max, 0, "largest cached size class"),
     LEAF_C("nbins", CT_UNSIGNED, &u_nbins, "small size classes"),
     LEAF_H("nhbins", CT_UNSIGNED, h_arenas_nhbins, 0, "cached size classes"),
@@ -713,6 +826,10 @@ static const ctl_node_t n_prof[] = {
     LEAF_H("reset", CT_SIZE, prof_ctl_reset, F_NOPRINT, "forget every sample (optionally a new lg_sample)"),
     LEAF_H("lg_sample", CT_SIZE, prof_ctl_lg_sample, F_NOPRINT, "mean bytes between samples, log2"),
     LEAF_H("interval", CT_U64, prof_ctl_interval, F_NOPRINT, "bytes between interval dumps"),
+    LEAF_H("thread_active_init", CT_BOOL, prof_ctl_thread_active_init, F_NOPRINT, "sampling on for threads made from now on"),
+    LEAF_H("prefix", CT_STR, prof_ctl_prefix, F_NOPRINT, "dump file prefix from now on (write-only)"),
+    LEAF_H("log_start", CT_STR, prof_ctl_log, F_NOPRINT, "allocation log (not kept: EFAULT)"),
+    LEAF_H("log_stop", CT_VOID, prof_ctl_log, F_NOPRINT, "allocation log (not kept: EFAULT)"),
     END};
 static const ctl_node_t n_tcache[] = {
     LEAF_H("create", CT_UNSIGNED, au_tcache_create, F_NOPRINT, "make an explicit cache (MALLOCX_TCACHE)"),
@@ -740,13 +857,23 @@ static const ctl_node_t n_bin_mutex[] = {MUTEX_ROWS(S_BIN, ctl_bin_stats_t, mute
 static const ctl_node_t n_amutex_fields[] = {MUTEX_ROWS(S_AMUTEX, ctl_mutex_stats_t, )};
 static const ctl_node_t n_gmutex_fields[] = {MUTEX_ROWS(S_GMUTEX, ctl_mutex_stats_t, )};
 /* stats.arenas.<i>.mutexes.<name>: position = index in ctl_arena_stats_t.mutexes */
-static const ctl_node_t n_amutexes[] = {DIR("extents", n_amutex_fields), END};
+static const ctl_node_t n_amutexes[] = {
+    DIR("extents", n_amutex_fields), DIR("large", n_amutex_fields), DIR("extent_avail", n_amutex_fields),
+    DIR("extents_dirty", n_amutex_fields), DIR("extents_muzzy", n_amutex_fields),
+    DIR("extents_retained", n_amutex_fields), DIR("decay_dirty", n_amutex_fields),
+    DIR("decay_muzzy", n_amutex_fields), DIR("base", n_amutex_fields), DIR("tcache_list", n_amutex_fields),
+    DIR("hpa_shard", n_amutex_fields), DIR("hpa_shard_grow", n_amutex_fields), DIR("hpa_sec", n_amutex_fields),
+    END};
+_Static_assert(sizeof(amutex_slot) == NKIDS(n_amutexes), "a slot per stats.arenas.<i>.mutexes row");
 /* stats.mutexes.<name>: position = GM_* */
 static const ctl_node_t n_gmutexes[] = {
     DIR("ctl", n_gmutex_fields), DIR("arenas", n_gmutex_fields), DIR("tcache_list", n_gmutex_fields),
     DIR("base", n_gmutex_fields), DIR("rtree", n_gmutex_fields),
     DIR("background_thread", n_gmutex_fields), /* bg_lock: creating, toggling, joining the threads */
     DIR("prof", n_gmutex_fields),              /* prof_lock: samples, sampled frees, dumps' copies */
+    DIR("max_per_bg_thd", n_gmutex_fields), DIR("prof_thds_data", n_gmutex_fields),
+    DIR("prof_dump", n_gmutex_fields), DIR("prof_recent_alloc", n_gmutex_fields),
+    DIR("prof_recent_dump", n_gmutex_fields), DIR("prof_stats", n_gmutex_fields),
     LEAF_H("reset", CT_VOID, h_mutexes_reset, F_NOPRINT, "zero every mutex profile"), END};
 static const ctl_node_t n_sbin_j_kids[] = {
     LEAF_B("nmalloc", CT_U64, nmalloc, C, "regions taken from the bin"),
@@ -778,6 +905,30 @@ static const ctl_node_t n_sext_j_kids[] = {
     LEAF_E("retained_bytes", CT_SIZE, retained_bytes, B, "bytes of retained extents"),
     END};
 static const ctl_node_t n_sext_j = DIR("<j>", n_sext_j_kids);
+/* stats.arenas.<i>.hpa_shard: jemalloc's hugepage allocator, which strata does not have
+ * (opt.hpa is false): every figure is 0, as jemalloc's own with hpa:false. */
+#define HPA_SLAB_ROWS \
+  LEAF_C("npageslabs_nonhuge", CT_SIZE, &u64_zero, "hugepage slabs (no HPA: 0)"), \
+  LEAF_C("npageslabs_huge", CT_SIZE, &u64_zero, "hugepage slabs (no HPA: 0)"), \
+  LEAF_C("nactive_nonhuge", CT_SIZE, &u64_zero, "no HPA: 0"), LEAF_C("nactive_huge", CT_SIZE, &u64_zero, "no HPA: 0"), \
+  LEAF_C("ndirty_nonhuge", CT_SIZE, &u64_zero, "no HPA: 0"), LEAF_C("ndirty_huge", CT_SIZE, &u64_zero, "no HPA: 0"), \
+  LEAF_C("nretained_nonhuge", CT_SIZE, &u64_zero, "no HPA: 0"), END
+static const ctl_node_t n_hpa_slabs[] = {HPA_SLAB_ROWS};
+static const ctl_node_t n_hpa_nonfull_j = DIR("<j>", n_hpa_slabs);
+static const ctl_node_t n_hpa_shard[] = {
+    LEAF_C("sec_bytes", CT_SIZE, &u64_zero, "small extent cache bytes (no HPA: 0)"),
+    LEAF_C("sec_hits", CT_U64, &u64_zero, "no HPA: 0"), LEAF_C("sec_misses", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("sec_dalloc_noflush", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("sec_dalloc_flush", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("sec_overfills", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("npageslabs", CT_SIZE, &u64_zero, "no HPA: 0"), LEAF_C("nactive", CT_SIZE, &u64_zero, "no HPA: 0"),
+    LEAF_C("ndirty", CT_SIZE, &u64_zero, "no HPA: 0"), LEAF_C("npurge_passes", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("npurges", CT_U64, &u64_zero, "no HPA: 0"), LEAF_C("nhugifies", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("nhugify_failures", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("ndehugifies", CT_U64, &u64_zero, "no HPA: 0"),
+    DIR("slabs", n_hpa_slabs), DIR("full_slabs", n_hpa_slabs), DIR("empty_slabs", n_hpa_slabs),
+    IDX("nonfull_slabs", I_ONE, n_hpa_nonfull_j),
+    END};
 static const ctl_node_t n_sarena_i_kids[] = {
     LEAF_A("nthreads", CT_UNSIGNED, nthreads, 0, "threads bound"),
     {.name = "uptime", .type = CT_U64, .src = S_ARENA, .off = offsetof(ctl_arena_stats_t, uptime),
@@ -806,6 +957,16 @@ static const ctl_node_t n_sarena_i_kids[] = {
     LEAF_A("resident", CT_SIZE, resident, B, "resident bytes: active, dirty and metadata pages"),
     LEAF_A("abandoned_vm", CT_SIZE, abandoned_vm, B, "leaked address space (none)"),
     LEAF_A("extent_avail", CT_SIZE, extent_avail, 0, "spare extent structures"),
+    LEAF_H("name", CT_STR, compat_arena_name, 0, "the arena's name"),
+    LEAF_C("sec_bytes", CT_SIZE, &u64_zero, "jemalloc 5.3.0's name of hpa_sec_bytes: 0"),
+    LEAF_C("hpa_sec_bytes", CT_SIZE, &u64_zero, "no HPA: 0"), LEAF_C("hpa_sec_hits", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("hpa_sec_misses", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("hpa_sec_dalloc_noflush", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("hpa_sec_dalloc_flush", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("hpa_sec_overfills", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_C("metadata_edata", CT_SIZE, &u64_zero, "not kept apart: see base"),
+    LEAF_C("metadata_rtree", CT_SIZE, &u64_zero, "not kept apart: see base"),
+    DIR("hpa_shard", n_hpa_shard),
     DIR("mutexes", n_amutexes),
     IDX("bins", I_BIN, n_sbin_j),
     IDX("lextents", I_LEXT, n_slext_j),
@@ -829,7 +990,9 @@ static const ctl_node_t n_stats[] = {
     LEAF_G("resident", CT_SIZE, resident, B, "bytes in resident pages"),
     LEAF_G("mapped", CT_SIZE, mapped, B, "bytes mapped, retained excluded"),
     LEAF_G("retained", CT_SIZE, retained, B, "bytes of address space kept without memory"),
-    LEAF_G("zero_reallocs", CT_SIZE, zero_reallocs, C, "realloc(p, 0) calls"),
+    LEAF_C("metadata_edata", CT_SIZE, &u64_zero, "not kept apart: see metadata"),
+    LEAF_C("metadata_rtree", CT_SIZE, &u64_zero, "not kept apart: see metadata"),
+    LEAF_H("zero_reallocs", CT_SIZE, h_zero_reallocs, F_COUNTER, "realloc(p, 0) calls (live)"),
     DIR("background_thread", n_sbg),
     DIR("guard", n_sguard),
     LEAF_H("tcache_bytes", CT_SIZE, tcache_ctl_bytes, F_BYTES, "bytes all thread caches hold, as last published (live, strata)"),
@@ -847,6 +1010,43 @@ static const ctl_node_t n_stats[] = {
     DIR("mutexes", n_gmutexes),
     END};
 
+static const ctl_node_t n_exp_hooks[] = {
+    LEAF_H("install", CT_VOID, hooks_ctl_install, F_NOPRINT, "install allocation hooks (hooks_t in, handle out)"),
+    LEAF_H("remove", CT_VOID, hooks_ctl_remove, F_NOPRINT, "remove allocation hooks by handle"),
+    LEAF_H("safety_check_abort", CT_VOID, hooks_ctl_safety_check_abort, F_NOPRINT,
+           "function called with the message of a failed safety check, before the abort"),
+    LEAF_H("prof_backtrace", CT_VOID, compat_prof_hook, F_NOPRINT, "profiler hook point (none in strata)"),
+    LEAF_H("prof_dump", CT_VOID, compat_prof_hook, F_NOPRINT, "profiler hook point (none in strata)"),
+    LEAF_H("prof_sample", CT_VOID, compat_prof_hook, F_NOPRINT, "profiler hook point (none in strata)"),
+    LEAF_H("prof_sample_free", CT_VOID, compat_prof_hook, F_NOPRINT, "profiler hook point (none in strata)"),
+    LEAF_H("thread_event", CT_VOID, compat_thread_event_hook, F_NOPRINT, "per-thread event hook (EINVAL)"),
+    END};
+static const ctl_node_t n_exp_arena_i_kids[] = {
+    LEAF_H("pactivep", CT_VOID, compat_arena_pactivep, F_NOPRINT, "pointer to the arena's active pages (size_t *)"),
+    END};
+static const ctl_node_t n_exp_arena_i = DIR("<i>", n_exp_arena_i_kids);
+static const ctl_node_t n_exp_prof_recent[] = {
+    LEAF_H("alloc_max", CT_SSIZE, compat_prof_recent, F_NOPRINT, "recent allocations kept (none: -1)"),
+    LEAF_H("alloc_dump", CT_VOID, compat_prof_recent, F_NOPRINT, "not kept: EFAULT"),
+    END};
+static const ctl_node_t n_exp_util[] = {
+    LEAF_H("query", CT_VOID, compat_utilization_query, F_NOPRINT, "how full a pointer's extent and bin are"),
+    LEAF_H("batch_query", CT_VOID, compat_utilization_batch_query, F_NOPRINT, "how full each pointer's extent is"),
+    END};
+static const ctl_node_t n_experimental[] = {
+    DIR("hooks", n_exp_hooks),
+    IDX("arenas", I_ARENA, n_exp_arena_i),
+    DIR("prof_recent", n_exp_prof_recent),
+    DIR("utilization", n_exp_util),
+    LEAF_H("batch_alloc", CT_SIZE, hooks_ctl_batch_alloc, F_NOPRINT, "allocate many blocks of one size"),
+    LEAF_H("arenas_create_ext", CT_UNSIGNED, hooks_ctl_arenas_create_ext, F_NOPRINT,
+           "arenas.create with an arena_config_t"),
+    END};
+
+static const ctl_node_t n_approx[] = {
+    LEAF_H("active", CT_SIZE, compat_approximate_active, F_NOPRINT, "active bytes now, without an epoch"),
+    END};
+
 static const ctl_node_t n_root[] = {
     LEAF_C("version", CT_STR, &version_str, "strata version"),
     LEAF_H("epoch", CT_U64, h_epoch, F_NOPRINT, "write to refresh the statistics"),
@@ -862,6 +1062,8 @@ static const ctl_node_t n_root[] = {
     LEAF_H("max_background_threads", CT_SIZE, ctl_max_background_threads, 0, "most background threads"),
     LEAF_H("soft_limit", CT_SIZE, ctl_soft_limit, 0, "resident bytes past which everything free is purged, 0 none (strata)"),
     LEAF_H("hard_limit", CT_SIZE, ctl_hard_limit, 0, "committed bytes allocations may not pass, 0 none (strata)"),
+    {.name = "experimental", .kids = n_experimental, .nkids = NKIDS(n_experimental), .flags = F_NOPRINT},
+    {.name = "approximate_stats", .kids = n_approx, .nkids = NKIDS(n_approx), .flags = F_NOPRINT},
     /* Rows for other branches go here (see docs/introspection.md, "Adding a name"). */
     END};
 const ctl_node_t ctl_root = DIR("", n_root);

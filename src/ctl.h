@@ -13,6 +13,7 @@
 #define CTL_ARENAS_DESTROYED 4097 /* MALLCTL_ARENAS_DESTROYED: strata destroys none */
 #define CTL_MAX_DEPTH 8
 #define CTL_NLEXT (SZ_NCLASSES - SZ_NSMALL)
+#define CTL_THREAD_ALLOCATEDP 6 /* position of thread.allocatedp in n_thread (deallocatedp: 7) */
 
 /* Leaf value types, as jemalloc's manual gives them. */
 enum { CT_NONE, CT_BOOL, CT_UNSIGNED, CT_U32, CT_SIZE, CT_SSIZE, CT_U64, CT_STR, CT_VOID };
@@ -75,7 +76,7 @@ typedef struct {
       tcache_stashed_bytes, resident, abandoned_vm, extent_avail;
   uint64_t dirty_npurge, dirty_nmadvise, dirty_purged, muzzy_npurge, muzzy_nmadvise, muzzy_purged;
   ctl_class_stats_t small, large;
-  ctl_mutex_stats_t mutexes[1]; /* extents: the arena's elock */
+  ctl_mutex_stats_t mutexes[2]; /* [0] the arena's elock; [1] zeros: jemalloc locks strata has no per-arena match for */
   ctl_bin_stats_t bins[SZ_NSMALL];
   ctl_lext_stats_t lext[CTL_NLEXT];
   ctl_ext_stats_t ext[PSZ_N];

@@ -810,13 +810,23 @@ void extent_dalloc(arena_t *a, edata_t *e) {
 }
 
 bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size) {
-  if (arena_hooks(a) != NULL) return true; /* would need split+merge hooks: copy instead */
+  extent_hooks_t *h = arena_hooks(a);
   size_t need = new_size - e->size;
   uint64_t ent = rtree_read(e->addr + e->size);
   edata_t *n = mergeable(a, ent, ES_DIRTY);
   if (n == NULL) n = mergeable(a, ent, ES_MUZZY);
-  if (n == NULL) n = mergeable(a, ent, ES_RETAINED);
+  /* A hooked arena's retained pages may be decommitted by its hooks: copy instead. */
+  if (n == NULL && h == NULL) n = mergeable(a, ent, ES_RETAINED);
   if (n == NULL || n->addr != e->addr + e->size || n->size < need) return true;
+  if (h != NULL) {
+    /* jemalloc's order: the free neighbour split to what is needed, then merged into e,
+     * both under the elock; a hook that refuses either keeps the block where it is (the
+     * caller copies). Uncommitted pages are not taken: committing them would call a
+     * hook under the elock. */
+    if (!n->committed || !e->committed) return true;
+    if (n->size > need && ehooks_split(a, h, (void *)n->addr, n->size, need, true)) return true;
+    if (ehooks_merge(a, h, (void *)e->addr, e->size, (void *)n->addr, need, true)) return true;
+  }
   unsigned state = n->state;
   if (state == ES_RETAINED && os_commit(need)) return true;
   eset_t *es = eset_of(a, state);
@@ -843,11 +853,13 @@ bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size) {
   return false;
 }
 
-void extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size) {
+bool extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size) {
   extent_hooks_t *h = arena_hooks(a);
-  if (h != NULL && ehooks_split(a, h, (void *)e->addr, e->size, new_size, e->committed)) return;
+  /* A split hook that refuses keeps the block as it was: the shrink fails (jemalloc's
+   * xallocx then answers the old size). */
+  if (h != NULL && ehooks_split(a, h, (void *)e->addr, e->size, new_size, e->committed)) return true;
   edata_t *t = edata_get(a);
-  if (t == NULL) return; /* keep the extent whole: correct, only less compact */
+  if (t == NULL) return true; /* out of metadata: the block stays whole */
   t->committed = e->committed;
   t->addr = e->addr + new_size;
   t->size = e->size - new_size;
@@ -855,6 +867,7 @@ void extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size) {
   a->nactive -= t->size / os_page;
   extent_insert_free(a, t, ES_DIRTY);
   arena_note_dirty(a, t->dirty_ns);
+  return false;
 }
 
 size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool lazy) {

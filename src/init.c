@@ -139,6 +139,8 @@ static void fork_child(void) {
   meta_postfork_child();
   bg_postfork_child();
   ev_postfork_child();
+  hooks_postfork_child();
+  compat_postfork_child();
   prof_postfork(true);
   /* Only the forking thread exists in the child: other threads' caches stay allocated
    * (their regions are lost to the child, as with every allocator) but are unlisted so

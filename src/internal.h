@@ -46,6 +46,8 @@ HIDDEN NORETURN void strata_size_mismatch(const char *func, const void *p, size_
 /* A free-list link that decodes to no possible region: "heap corruption detected at
  * <slot> (free list of class N)", then abort. */
 HIDDEN NORETURN void strata_heap_corruption(const void *at, unsigned ind);
+typedef void safety_check_hook_t(const char *message);
+HIDDEN extern safety_check_hook_t *safety_check_hook; /* experimental.hooks.safety_check_abort (atomic) */
 HIDDEN NORETURN void strata_assert_fail(const char *cond, const char *file, int line);
 /* backtrace.c: up to max return addresses of the calling program, innermost first,
  * strata's own leading frames dropped; never mallocs, holds no strata lock. */
@@ -429,7 +431,7 @@ HIDDEN void extent_dalloc(arena_t *a, edata_t *e);                   /* elock he
  * Those pieces' commitment and resident count pass to the block (elock held). */
 HIDDEN size_t extent_fill_from_dirty(arena_t *a, uintptr_t end, size_t fresh);
 HIDDEN bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size); /* elock held; true on failure */
-HIDDEN void extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size); /* elock held */
+HIDDEN bool extent_shrink_inplace(arena_t *a, edata_t *e, size_t new_size); /* elock held; true: not shrunk */
 /* Purges the oldest extents of the dirty or muzzy set (from: ES_DIRTY, ES_MUZZY) down to
  * target_pages: dirty pages go muzzy (MADV_FREE) when lazy, else retained (MADV_DONTNEED)
  * or unmapped (retain:false). elock held on entry and exit, dropped around the
@@ -839,7 +841,50 @@ typedef struct {
   uint64_t soft_limit;       /* events.c: resident bytes past which strata purges everything; 0 none */
   uint64_t hard_limit;       /* events.c: committed bytes allocations may not pass; 0 none */
   bool pressure_purge;       /* events.c: purge at once when the kernel reports memory stalls */
+  /* jemalloc's options with a meaning here (docs/jemalloc-compat.md) */
+  bool xmalloc;              /* out of memory aborts instead of returning NULL */
+  bool infallible_new;       /* experimental_infallible_new: operator new aborts, never throws */
+  unsigned zero_realloc;     /* ZR_*: what realloc(p, 0) does */
+  int64_t stats_interval;    /* print statistics every N bytes allocated; -1 off */
+  char stats_interval_opts[32];
 } opt_t;
+enum { ZR_FREE, ZR_ALLOC, ZR_ABORT };
+/* Out of memory in an allocating call: errno, and opt.xmalloc's abort (alloc.c). */
+HIDDEN void alloc_oom(void);
+HIDDEN void stats_interval_tick(tsd_t *tsd); /* opt.stats_interval >= 0: from slow_tick (stats.c) */
+/* ------------------------------------------------------------------ hooks.c */
+/* jemalloc's experimental allocation hooks (experimental.hooks.install): its types. */
+typedef enum {
+  hook_alloc_malloc, hook_alloc_posix_memalign, hook_alloc_aligned_alloc, hook_alloc_calloc,
+  hook_alloc_memalign, hook_alloc_valloc, hook_alloc_pvalloc, hook_alloc_mallocx, hook_alloc_realloc,
+  hook_alloc_rallocx
+} hook_alloc_t;
+typedef enum { hook_dalloc_free, hook_dalloc_dallocx, hook_dalloc_sdallocx, hook_dalloc_realloc, hook_dalloc_rallocx } hook_dalloc_t;
+typedef enum { hook_expand_realloc, hook_expand_rallocx, hook_expand_xallocx } hook_expand_t;
+typedef void (*hook_alloc)(void *extra, hook_alloc_t type, void *result, uintptr_t result_raw, uintptr_t args_raw[3]);
+typedef void (*hook_dalloc)(void *extra, hook_dalloc_t type, void *address, uintptr_t args_raw[3]);
+typedef void (*hook_expand)(void *extra, hook_expand_t type, void *address, size_t old_usize, size_t new_usize,
+                            uintptr_t result_raw, uintptr_t args_raw[4]);
+typedef struct {
+  hook_alloc alloc_hook;
+  hook_dalloc dalloc_hook;
+  hook_expand expand_hook;
+  void *extra;
+} hooks_t;
+HIDDEN extern unsigned hooks_n;  /* atomic: hooks installed; entry points call hook_invoke_* when not 0 */
+HIDDEN extern bool slow_tick_on; /* atomic: bg_create_wanted calls slow_tick (and bg_create_pending stays set) */
+HIDDEN void slow_tick(tsd_t *tsd); /* nothing of strata's held */
+HIDDEN void hooks_publish(tsd_t *tsd);
+HIDDEN void hook_invoke_alloc(int type, void *result, uintptr_t result_raw, uintptr_t a0, uintptr_t a1, uintptr_t a2);
+HIDDEN void hook_invoke_dalloc(int type, void *address, uintptr_t a0, uintptr_t a1, uintptr_t a2);
+HIDDEN void hook_invoke_expand(int type, void *address, size_t old_usize, size_t new_usize, uintptr_t result_raw,
+                               uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t a3);
+static inline bool hooks_on(void) { return __atomic_load_n(&hooks_n, __ATOMIC_RELAXED) != 0; }
+HIDDEN void hooks_postfork_child(void);
+/* sizeclass.c: empty malloc's size table (every malloc to malloc_slow) or refill it. */
+HIDDEN void sz_malloc_divert(bool divert);
+/* malloc_slow's one test for prof:true's malloc_prof and the hooks' malloc (alloc.c). */
+HIDDEN extern bool malloc_divert;
 HIDDEN extern opt_t opt;
 HIDDEN void conf_init(void);
 /* Parses one MALLOC_CONF-syntax string; returns the number of problems reported. */
@@ -848,6 +893,8 @@ HIDDEN void conf_print(const opt_t *o);
 /* The program's options strings (malloc_conf, strata_malloc_conf) that are set, in the
  * order they apply, with their names; returns how many. */
 HIDDEN unsigned conf_program_strings(const char *str[2], const char *name[2]);
+enum { CONF_SRC_FILE, CONF_SRC_ENV, CONF_SRC_GLOBAL, CONF_SRC_N }; /* opt.malloc_conf.* positions */
+HIDDEN const char *conf_source_string(unsigned src); /* "" if that source gave nothing */
 
 /* ------------------------------------------------------------------ init.c */
 HIDDEN extern bool strata_ready;
@@ -993,7 +1040,7 @@ typedef struct { /* a thread's line in heap_v2 dumps, copied under prof_lock */
   char name[PROF_THR_NAME];
 } prof_thr_snap_t;
 typedef struct {
-  bool prof, active, thread_active_init, gdump, final, leak, accum;
+  bool prof, active, thread_active_init, gdump, final, leak, accum, leak_error;
   unsigned lg_sample;   /* 0..62 */
   int lg_interval;      /* -1: no interval dumps */
   unsigned format;      /* PROF_FMT_* bits */
@@ -1032,10 +1079,19 @@ static inline bool prof_maybe_sampled(const void *p, const edata_t *ed, szind_t 
 HIDDEN extern mtx_t prof_lock; /* stack table and live set (stats.mutexes.prof) */
 HIDDEN void prof_prefork(void);
 HIDDEN void prof_postfork(bool child);
+HIDDEN ctl_handler_t hooks_ctl_install, hooks_ctl_remove, hooks_ctl_safety_check_abort, hooks_ctl_thread_countp,
+    hooks_ctl_batch_alloc, hooks_ctl_arenas_create_ext, hooks_ctl_arena_dss;
+HIDDEN ctl_handler_t compat_thread_tcache_max, compat_ncached_max_read, compat_ncached_max_write,
+    compat_thread_peak_read, compat_thread_peak_reset, compat_arena_oversize_threshold,
+    compat_arena_retain_grow_limit, compat_arena_name, compat_approximate_active, compat_arena_pactivep,
+    compat_prof_hook, compat_thread_event_hook, compat_prof_recent, prof_ctl_thread_active_init,
+    prof_ctl_prefix, prof_ctl_log, compat_utilization_query, compat_utilization_batch_query;
+HIDDEN void compat_postfork_child(void);
 HIDDEN ctl_handler_t prof_ctl_active, prof_ctl_dump, prof_ctl_gdump, prof_ctl_reset, prof_ctl_lg_sample,
     prof_ctl_interval, prof_ctl_thread_name, prof_ctl_thread_active, prof_ctl_opt_prof,
     prof_ctl_opt_prof_active, prof_ctl_opt_thread_active_init, prof_ctl_opt_lg_sample, prof_ctl_opt_prefix,
-    prof_ctl_opt_lg_interval, prof_ctl_opt_gdump, prof_ctl_opt_final, prof_ctl_opt_leak, prof_ctl_opt_accum;
+    prof_ctl_opt_lg_interval, prof_ctl_opt_gdump, prof_ctl_opt_final, prof_ctl_opt_leak, prof_ctl_opt_accum,
+    prof_ctl_opt_leak_error;
 /* prof_dump.c: the writers. The caller holds prof_dump_lock; nothing here mallocs. */
 typedef struct prof_stack_s prof_stack_t;
 struct prof_stack_s {
@@ -1064,6 +1120,6 @@ HIDDEN bool prof_dump_heap_v2(const char *path, const prof_snap_t *s, size_t n, 
 HIDDEN prof_thr_snap_t *prof_thr_snapshot(size_t *n, size_t *map_bytes); /* os_map'ed */
 HIDDEN void prof_thread_exit(tsd_t *tsd); /* tcache.c's thread destructor */
 HIDDEN bool prof_dump_pprof(const char *path, const prof_snap_t *s, size_t n, uint64_t period);
-HIDDEN void prof_leak_report(const prof_snap_t *s, size_t n, uint64_t period);
+HIDDEN bool prof_leak_report(const prof_snap_t *s, size_t n, uint64_t period); /* true: leaks */
 
 #endif /* STRATA_INTERNAL_H */

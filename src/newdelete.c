@@ -17,6 +17,24 @@ extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));
 
 #define EXPORT __attribute__((visibility("default")))
 
+/* experimental_infallible_new:true: a failed operator new is a failed safety check, in
+ * jemalloc's words (a program's experimental.hooks.safety_check_abort may look for them);
+ * when that hook returns, operator new returns NULL, as jemalloc's does. */
+static NOINLINE void *new_infallible_fail(size_t size) {
+  char num[24], buf[160];
+  const char *parts[] = {"<jemalloc>: Allocation of size ", fmt_u64(num, size),
+                         " failed. opt.experimental_infallible_new is true. Aborting.\n"};
+  size_t len = 0;
+  for (int i = 0; i < 3; i++) {
+    for (const char *c = parts[i]; *c && len < sizeof(buf) - 1; c++) buf[len++] = *c;
+  }
+  buf[len] = '\0';
+  safety_check_hook_t *h = __atomic_load_n(&safety_check_hook, __ATOMIC_ACQUIRE);
+  if (h == NULL) strata_fatal("operator new: out of memory (experimental_infallible_new:true)");
+  h(buf);
+  return NULL;
+}
+
 static NOINLINE void *new_slow(size_t size, size_t align, bool nothrow) {
   for (;;) {
     void *p = NULL;
@@ -26,6 +44,8 @@ static NOINLINE void *new_slow(size_t size, size_t align, bool nothrow) {
       p = NULL;
     }
     if (p) return p;
+    /* jemalloc's rule: before any new_handler, whatever the form */
+    if (opt.infallible_new) return new_infallible_fail(size);
     new_handler_t h = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
     if (h == NULL) {
       if (nothrow) return NULL;

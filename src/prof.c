@@ -786,11 +786,16 @@ static void prof_exit(void) {
     mtx_lock(&prof_dump_lock);
     size_t n, bytes;
     prof_snap_t *s = prof_snapshot(&n, &bytes);
+    bool leaked = false;
     if (s) {
-      prof_leak_report(s, n, sample_mean());
+      leaked = prof_leak_report(s, n, sample_mean());
       os_unmap(s, bytes);
     }
     mtx_unlock(&prof_dump_lock);
+    if (leaked && prof_opt.leak_error) {
+      msg_write("<strata>: Exiting with error code because memory leaks were detected\n");
+      _exit(1); /* as jemalloc: not exit(), which would run atexit handlers again */
+    }
   }
 }
 
@@ -1011,3 +1016,36 @@ OPT_HANDLER(prof_ctl_opt_gdump, bool, prof_opt.gdump)
 OPT_HANDLER(prof_ctl_opt_final, bool, prof_opt.final)
 OPT_HANDLER(prof_ctl_opt_leak, bool, prof_opt.leak)
 OPT_HANDLER(prof_ctl_opt_accum, bool, prof_opt.accum)
+OPT_HANDLER(prof_ctl_opt_leak_error, bool, prof_opt.leak_error)
+
+/* prof.thread_active_init: whether threads created from now on sample (jemalloc's rw). */
+int prof_ctl_thread_active_init(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
+                                size_t newlen) {
+  (void)mib, (void)miblen;
+  if (!strata_ready && strata_init()) return EAGAIN;
+  return rw_bool(&prof_opt.thread_active_init, oldp, oldlenp, newp, newlen);
+}
+
+/* prof.prefix: the dump file prefix from now on (write-only, as jemalloc's). */
+int prof_ctl_prefix(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  (void)mib, (void)miblen;
+  NEED_PROF();
+  if (oldp != NULL || oldlenp != NULL) return EPERM;
+  const char *v;
+  if (newp == NULL || newlen != sizeof(v)) return EINVAL;
+  memcpy(&v, newp, sizeof(v));
+  if (v == NULL || v[0] == '\0' || strlen(v) >= sizeof(prof_opt.prefix) - 128) return EINVAL;
+  mtx_lock(&prof_dump_lock);
+  memcpy(prof_opt.prefix, v, strlen(v) + 1);
+  mtx_unlock(&prof_dump_lock);
+  return 0;
+}
+
+/* prof.log_start / prof.log_stop: jemalloc's allocation event log, which strata's
+ * profiler does not keep: ENOENT without prof (as jemalloc), EFAULT with it (jemalloc's
+ * answer when the log cannot start). */
+int prof_ctl_log(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  (void)mib, (void)miblen, (void)oldp, (void)oldlenp, (void)newp, (void)newlen;
+  NEED_PROF();
+  return EFAULT;
+}

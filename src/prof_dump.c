@@ -639,7 +639,7 @@ done:
 /* ---------------------------------------------------------------- leak summary */
 /* jemalloc's summary line, then the stacks holding the most (estimated) bytes, symbolized. */
 #define LEAK_TOP 5
-void prof_leak_report(const prof_snap_t *s, size_t n, uint64_t period) {
+bool prof_leak_report(const prof_snap_t *s, size_t n, uint64_t period) {
   (void)period;
   double bytes = 0, objs = 0;
   size_t ctx = 0;
@@ -649,7 +649,7 @@ void prof_leak_report(const prof_snap_t *s, size_t n, uint64_t period) {
     objs += s[i].w_cur_objs;
     ctx++;
   }
-  if (ctx == 0) return;
+  if (ctx == 0) return false;
   char a[24], b[24], c[24];
   const char *parts[] = {"<strata>: Leak approximation summary: ~", fmt_u64(a, (uint64_t)llr(bytes)),
                          " bytes, ~", fmt_u64(b, (uint64_t)llr(objs)), " objects, >= ", fmt_u64(c, ctx),
@@ -687,4 +687,5 @@ void prof_leak_report(const prof_snap_t *s, size_t n, uint64_t period) {
   msg_write("<strata>: Run jeprof or `strata prof top` on a dump (prof_final:true) for leak detail\n");
   for (size_t i = 0; i < nmaps; i++) elf_unload(&maps[i]);
   if (maps) os_unmap(maps, (MAX_MAPS * sizeof(map_t) + os_page - 1) & ~(os_page - 1));
+  return true;
 }

@@ -80,12 +80,30 @@ char *fmt_hex(char *buf, uint64_t v) {
   return buf;
 }
 
+/* experimental.hooks.safety_check_abort: the program's function, called with the
+ * message of a failed safety check (invalid or double free, size mismatch, corrupted free
+ * list) before strata aborts. jemalloc returns to the caller when the hook returns;
+ * strata cannot go on safely from those paths and aborts after it. */
+safety_check_hook_t *safety_check_hook;
+
+static NORETURN void safety_fail(const char *const *parts, int n, const void *p) {
+  char buf[512];
+  size_t len = 0;
+  for (int i = 0; i < n; i++) {
+    for (const char *c = parts[i]; *c && len < sizeof(buf) - 1; c++) buf[len++] = *c;
+  }
+  buf[len] = '\0';
+  msg_write(buf);
+  if (p) guard_describe(p);
+  safety_check_hook_t *h = __atomic_load_n(&safety_check_hook, __ATOMIC_ACQUIRE);
+  if (h) h(buf);
+  abort();
+}
+
 void strata_invalid_free(const char *func, const void *p) {
   char hex[24];
   const char *parts[] = {"<strata>: ", func, "(): invalid pointer ", fmt_hex(hex, (uintptr_t)p), "\n"};
-  msg_parts(parts, 5);
-  guard_describe(p);
-  abort();
+  safety_fail(parts, 5, p);
 }
 
 void strata_size_mismatch(const char *func, const void *p, size_t size, size_t align, size_t usize) {
@@ -94,16 +112,14 @@ void strata_size_mismatch(const char *func, const void *p, size_t size, size_t a
                          align ? fmt_u64(al, align) : "", align ? ")" : "",
                          " does not match the block at ", fmt_hex(hex, (uintptr_t)p), " (usable size ",
                          fmt_u64(us, usize), ")\n"};
-  msg_parts(parts, 12);
-  abort();
+  safety_fail(parts, 12, NULL);
 }
 
 void strata_heap_corruption(const void *at, unsigned ind) {
   char hex[24], num[24];
   const char *parts[] = {"<strata>: heap corruption detected at ", fmt_hex(hex, (uintptr_t)at), " (free list of class ",
                          fmt_u64(num, ind), ")\n"};
-  msg_parts(parts, 5);
-  abort();
+  safety_fail(parts, 5, NULL);
 }
 
 void strata_fatal(const char *what) {

@@ -104,6 +104,7 @@ void sz_init(void) {
     while (sz_size[c] < (k + 1) << 10) c++;
     sz_lookup_k[k] = (uint8_t)c;
   }
+  __atomic_store_n(&malloc_divert, prof_on, __ATOMIC_RELEASE); /* malloc_slow to malloc_prof */
   _Static_assert(PSZ_N <= 256 && PSZ_TAB_N < 4096, "psz tables hold bucket indices in a byte");
   unsigned b = 0;
   for (size_t n = 0; n < PSZ_TAB_N; n++) {
@@ -181,4 +182,16 @@ unsigned psz_floor(size_t n) {
   unsigned c = psz_ceil(n);
   if (psz_pages(c) > n && c > 0) c--;
   return c;
+}
+
+/* While allocation hooks are installed every malloc goes to malloc_slow, as with
+ * prof:true (hooks.c); prof:true's table stays empty either way. */
+bool malloc_divert;
+void sz_malloc_divert(bool divert) {
+  __atomic_store_n(&malloc_divert, divert || prof_on, __ATOMIC_RELEASE);
+  if (prof_on) return;
+  for (size_t s = 0; s <= SZ_MALLOC_FAST_MAX; s += 8) {
+    uint8_t c = divert ? 0 : s <= SZ_LOOKUP_MAX ? sz_lookup[s >> 3] : (uint8_t)SZ_MALLOC_FAST_IND;
+    __atomic_store_n(&sz_malloc_lookup[s >> 3], c, __ATOMIC_RELAXED);
+  }
 }

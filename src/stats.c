@@ -488,3 +488,30 @@ void stats_print(ctl_write_cb *cb, void *opaque, const char *opts) {
   }
   out_flush(&o);
 }
+
+/* ---------------------------------------------------------------- stats_interval */
+/* opt.stats_interval: statistics printed (to stderr, with stats_interval_opts) each time
+ * the program has allocated that many more bytes. Threads add what they allocated since
+ * their last look, read from their counters (thread.allocated) on ialloc's slow path, so
+ * the fast paths pay nothing and a print comes at most a cache fill late. */
+static __thread uint64_t si_seen __attribute__((tls_model("initial-exec")));
+static uint64_t si_accum; /* atomic: bytes since the last print */
+
+static void si_write(void *opaque, const char *s) {
+  (void)opaque;
+  msg_write(s);
+}
+
+void stats_interval_tick(tsd_t *tsd) {
+  uint64_t al, de;
+  tcache_counts(tsd, &al, &de);
+  uint64_t d = al - si_seen;
+  si_seen = al;
+  if (d == 0) return;
+  uint64_t iv = (uint64_t)opt.stats_interval;
+  uint64_t n = __atomic_add_fetch(&si_accum, d, __ATOMIC_RELAXED);
+  if (n < iv) return;
+  /* one thread prints: the one whose exchange took the whole count */
+  if (__atomic_exchange_n(&si_accum, 0, __ATOMIC_RELAXED) < iv) return;
+  stats_print(si_write, NULL, opt.stats_interval_opts);
+}

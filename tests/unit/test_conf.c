@@ -73,7 +73,13 @@ static void test_unknown_key_is_named_with_accepted_keys(void) {
   int p = parse_capture(&o, "narenaz:4", msg, sizeof(msg));
   CHECK_EQ(p, 1);
   CHECK(strstr(msg, "<strata>: conf: unknown option \"narenaz\" in TEST") != NULL);
-  CHECK(strstr(msg, "accepted: narenas, tcache") != NULL);
+  CHECK(strstr(msg, "(did you mean \"narenas\"?)") != NULL);
+  /* one line, without the whole list of options */
+  CHECK(strchr(msg, '\n') == msg + strlen(msg) - 1);
+  CHECK(strstr(msg, "tcache") == NULL);
+  p = parse_capture(&o, "completely_unrelated_name:4", msg, sizeof(msg));
+  CHECK_EQ(p, 1);
+  CHECK(strstr(msg, "unknown option \"completely_unrelated_name\" in TEST (every option: docs/jemalloc-compat.md)") != NULL);
   CHECK_EQ(o.narenas, opt.narenas);
 }
 
@@ -113,7 +119,33 @@ static void test_jemalloc_options_not_yet_supported_are_noted(void) {
   char msg[2048];
   int p = parse_capture(&o, "percpu_arena:percpu", msg, sizeof(msg));
   CHECK_EQ(p, 0);
-  CHECK(strstr(msg, "not supported yet") != NULL);
+  CHECK(strstr(msg, "<strata>: conf: no effect in strata: option \"percpu_arena\" in TEST (") != NULL);
+  /* a no-effect option's value is still checked for its kind */
+  p = parse_capture(&o, "hpa:maybe", msg, sizeof(msg));
+  CHECK_EQ(p, 1);
+  CHECK(strstr(msg, "invalid value \"maybe\" for \"hpa\" in TEST (accepted: true, false)") != NULL);
+  /* unknown experimental options are tolerated, as jemalloc does */
+  p = parse_capture(&o, "experimental_something_new:1", msg, sizeof(msg));
+  CHECK_EQ(p, 0);
+}
+
+static void test_jemalloc_options_with_a_meaning_parse(void) {
+  opt_t o = opt;
+  char msg[2048];
+  int p = parse_capture(&o, "xmalloc:true,zero_realloc:alloc,experimental_infallible_new:true,stats_interval:1048576,"
+                            "stats_interval_opts:J,lg_tcache_max:12,prof_leak_error:false", msg, sizeof(msg));
+  CHECK_EQ(p, 0);
+  CHECK(o.xmalloc && o.infallible_new);
+  CHECK_EQ(o.zero_realloc, ZR_ALLOC);
+  CHECK_EQ(o.stats_interval, 1048576);
+  CHECK(strcmp(o.stats_interval_opts, "J") == 0);
+  CHECK_EQ(o.tcache_max, 4096);
+  p = parse_capture(&o, "zero_realloc:abort,stats_interval:-1", msg, sizeof(msg));
+  CHECK_EQ(o.zero_realloc, ZR_ABORT);
+  CHECK_EQ(o.stats_interval, -1);
+  p = parse_capture(&o, "zero_realloc:never", msg, sizeof(msg));
+  CHECK_EQ(p, 1);
+  CHECK(strstr(msg, "(accepted: free, alloc, abort)") != NULL);
 }
 
 int main(void) {
@@ -122,6 +154,7 @@ int main(void) {
   RUN(test_good_options_parse);
   RUN(test_memory_return_options_parse);
   RUN(test_unknown_key_is_named_with_accepted_keys);
+  RUN(test_jemalloc_options_with_a_meaning_parse);
   RUN(test_bad_values_keep_defaults);
   RUN(test_later_settings_win_and_errors_do_not_stop_parsing);
   RUN(test_jemalloc_options_not_yet_supported_are_noted);
