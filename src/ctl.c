@@ -567,8 +567,8 @@ static const ctl_index_t I_EXT = {idx_ext, cnt_ext};
   LEAF_S("num_wait", CT_U64, S, rec, pre num_wait, F_COUNTER, "acquisitions that slept on the futex"), \
   LEAF_S("num_spin_acq", CT_U64, S, rec, pre num_spin_acq, F_COUNTER, "acquisitions that found the lock taken and got it by spinning"), \
   LEAF_S("num_owner_switch", CT_U64, S, rec, pre num_owner_switch, F_COUNTER, "not kept (always 0)"), \
-  LEAF_S("total_wait_time", CT_U64, S, rec, pre total_wait_time, F_COUNTER, "not kept (always 0): timing waits costs the fast paths"), \
-  LEAF_S("max_wait_time", CT_U64, S, rec, pre max_wait_time, 0, "not kept (always 0)"), \
+  LEAF_S("total_wait_time", CT_U64, S, rec, pre total_wait_time, F_COUNTER | F_NS, "not kept (always 0): timing waits costs the fast paths"), \
+  LEAF_S("max_wait_time", CT_U64, S, rec, pre max_wait_time, F_NS, "not kept (always 0)"), \
   LEAF_S("max_num_thds", CT_U32, S, rec, pre max_num_thds, 0, "not kept (always 0)"), END
 #define C F_COUNTER
 #define B F_BYTES
@@ -576,7 +576,8 @@ static const ctl_index_t I_EXT = {idx_ext, cnt_ext};
 
 static const char *const version_str = STRATA_VERSION;
 static const char *const str_disabled = "disabled", *const str_free = "free", *const str_empty = "";
-static const char *const opt_spo = opt.stats_print_opts, *const opt_sfile = opt.stats_file;
+static const char *const opt_spo = opt.stats_print_opts, *const opt_sfile = opt.stats_file,
+                        *const opt_slabels = opt.stats_labels;
 static const bool b_true = true, b_false = false;
 #ifdef STRATA_DEBUG
 #define B_DEBUG (&b_true)
@@ -641,6 +642,7 @@ static const ctl_node_t n_opt[] = {
     LEAF_C("stats_print_opts", CT_STR, &opt_spo, "options of the print at exit"),
     LEAF_C("zero_realloc", CT_STR, &str_free, "realloc(p, 0) frees p"),
     LEAF_C("stats_file", CT_STR, &opt_sfile, "OpenMetrics textfile (strata)"),
+    LEAF_C("stats_labels", CT_STR, &opt_slabels, "extra labels of stats_file series, name=value;... (strata)"),
     LEAF_C("stats_interval_ms", CT_U64, &opt.stats_interval_ms, "rewrite period of stats_file (strata)"),
     LEAF_C("stats_metrics_detail", CT_BOOL, &opt.stats_metrics_detail, "per-arena and per-class series (strata)"),
     END};
@@ -778,7 +780,7 @@ static const ctl_node_t n_sext_j = DIR("<j>", n_sext_j_kids);
 static const ctl_node_t n_sarena_i_kids[] = {
     LEAF_A("nthreads", CT_UNSIGNED, nthreads, 0, "threads bound"),
     {.name = "uptime", .type = CT_U64, .src = S_ARENA, .off = offsetof(ctl_arena_stats_t, uptime),
-     .help = "nanoseconds since the arena was created", .jname = "uptime_ns"},
+     .flags = F_NS, .help = "time since the arena was created", .jname = "uptime_ns"},
     LEAF_C("dss", CT_STR, &str_disabled, "sbrk precedence"),
     LEAF_A("dirty_decay_ms", CT_SSIZE, dirty_decay_ms, 0, "dirty decay time"),
     LEAF_A("muzzy_decay_ms", CT_SSIZE, muzzy_decay_ms, 0, "muzzy decay time"),
@@ -787,10 +789,10 @@ static const ctl_node_t n_sarena_i_kids[] = {
     LEAF_A("pmuzzy", CT_SIZE, pmuzzy, P, "pages in muzzy extents (MADV_FREE, still counted resident)"),
     LEAF_A("dirty_npurge", CT_U64, dirty_npurge, C, "dirty purge passes"),
     LEAF_A("dirty_nmadvise", CT_U64, dirty_nmadvise, C, "madvise or munmap calls purging dirty pages"),
-    LEAF_A("dirty_purged", CT_U64, dirty_purged, C | P, "dirty pages purged"),
+    LEAF_A("dirty_purged", CT_U64, dirty_purged, C | P, "pages purged from dirty extents"),
     LEAF_A("muzzy_npurge", CT_U64, muzzy_npurge, C, "muzzy purge passes (counted with dirty_npurge)"),
     LEAF_A("muzzy_nmadvise", CT_U64, muzzy_nmadvise, C, "muzzy madvise calls (counted with dirty_nmadvise)"),
-    LEAF_A("muzzy_purged", CT_U64, muzzy_purged, C | P, "muzzy pages purged (counted with dirty_purged)"),
+    LEAF_A("muzzy_purged", CT_U64, muzzy_purged, C | P, "pages purged from muzzy extents (counted with dirty_purged)"),
     DIR("small", n_class_small),
     DIR("large", n_class_large),
     LEAF_A("mapped", CT_SIZE, mapped, B, "bytes mapped, retained excluded"),
@@ -813,7 +815,7 @@ static const ctl_node_t n_sarena_i = DIR("<i>", n_sarena_i_kids);
 static const ctl_node_t n_sbg[] = {
     LEAF_H("num_threads", CT_SIZE, ctl_stats_bg_num_threads, 0, "background threads running"),
     LEAF_H("num_runs", CT_U64, ctl_stats_bg_num_runs, F_COUNTER, "background thread wake-ups"),
-    LEAF_H("run_interval", CT_U64, ctl_stats_bg_run_interval, 0, "mean nanoseconds between wake-ups"),
+    LEAF_H("run_interval", CT_U64, ctl_stats_bg_run_interval, F_NS, "mean time between wake-ups"),
     END};
 static const ctl_node_t n_sguard[] = {
     LEAF_H("allocs", CT_U64, guard_ctl_allocs, F_COUNTER, "guarded allocations made (strata)"),
@@ -830,7 +832,7 @@ static const ctl_node_t n_stats[] = {
     DIR("background_thread", n_sbg),
     DIR("guard", n_sguard),
     LEAF_H("tcache_bytes", CT_SIZE, tcache_ctl_bytes, F_BYTES, "bytes all thread caches hold, as last published (live, strata)"),
-    LEAF_H("mem_limit", CT_U64, ctl_stats_mem_limit, 0, "cgroup memory limit strata sees, 0 if none (strata)"),
+    LEAF_H("mem_limit", CT_U64, ctl_stats_mem_limit, F_BYTES, "cgroup memory limit strata sees, 0 if none (strata)"),
     LEAF_H("mem_limit_purges", CT_U64, ctl_stats_mem_limit_purges, F_COUNTER, "purges of every arena near the limit (strata)"),
     IDX("arenas", I_STATS_ARENA, n_sarena_i),
     DIR("mutexes", n_gmutexes),

@@ -768,6 +768,7 @@ typedef struct {
   char stats_print_opts[32];
   char stats_file[256];      /* OpenMetrics textfile; %p is the pid */
   uint64_t stats_interval_ms; /* rewrite period of stats_file */
+  char stats_labels[256];    /* name=value;name=value: extra labels on every stats_file series */
   bool stats_metrics_detail; /* per-arena and per-size-class series */
   int64_t muzzy_decay_ms;    /* 0 (default): dirty pages are purged, never made muzzy */
   bool background_thread;
