@@ -708,6 +708,7 @@ static const ctl_node_t n_arenas[] = {
 static const ctl_node_t n_prof[] = {
     LEAF_H("active", CT_BOOL, prof_ctl_active, F_NOPRINT, "sampling on"),
     LEAF_H("dump", CT_STR, prof_ctl_dump, F_NOPRINT, "write a heap profile (a path, or NULL for the next default name)"),
+    LEAF_H("dump_request", CT_VOID, prof_ctl_dump_request, F_NOPRINT, "ask the dump thread for the next prof_signal dump, without waiting (strata)"),
     LEAF_H("gdump", CT_BOOL, prof_ctl_gdump, F_NOPRINT, "a dump at each new high-water mark"),
     LEAF_H("reset", CT_SIZE, prof_ctl_reset, F_NOPRINT, "forget every sample (optionally a new lg_sample)"),
     LEAF_H("lg_sample", CT_SIZE, prof_ctl_lg_sample, F_NOPRINT, "mean bytes between samples, log2"),

@@ -940,6 +940,7 @@ HIDDEN void prof_boot(void);      /* in strata_init, before tcache_boot */
 HIDDEN int prof_entry_patch(void); /* alloc.c: strata_malloc jumps to malloc_prof; 0 or why not */
 HIDDEN extern int prof_entry_state; /* 1 patched, else 0 or -errno (prof_boot) */
 HIDDEN void prof_boot_late(void); /* after strata is ready: atexit, signal handler */
+HIDDEN void prof_boot_thread(void); /* from a constructor: prof_signal's dump thread */
 HIDDEN void prof_take(size_t usize); /* every allocation but malloc_prof's pops: its bytes */
 HIDDEN bool prof_class_take(tcache_t *tc, szind_t ind); /* malloc_prof's pop left its fast path */
 HIDDEN bool prof_take_record(size_t usize); /* ialloc: counts usize; true: record this one */
@@ -966,7 +967,7 @@ static inline bool prof_maybe_sampled(const void *p, const edata_t *ed, szind_t 
 HIDDEN extern mtx_t prof_lock; /* stack table and live set (stats.mutexes.prof) */
 HIDDEN void prof_prefork(void);
 HIDDEN void prof_postfork(bool child);
-HIDDEN ctl_handler_t prof_ctl_active, prof_ctl_dump, prof_ctl_gdump, prof_ctl_reset, prof_ctl_lg_sample,
+HIDDEN ctl_handler_t prof_ctl_active, prof_ctl_dump, prof_ctl_dump_request, prof_ctl_gdump, prof_ctl_reset, prof_ctl_lg_sample,
     prof_ctl_interval, prof_ctl_thread_name, prof_ctl_thread_active, prof_ctl_opt_prof,
     prof_ctl_opt_prof_active, prof_ctl_opt_thread_active_init, prof_ctl_opt_lg_sample, prof_ctl_opt_prefix,
     prof_ctl_opt_lg_interval, prof_ctl_opt_gdump, prof_ctl_opt_final, prof_ctl_opt_leak, prof_ctl_opt_accum;

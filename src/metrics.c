@@ -486,12 +486,12 @@ static void stats_atexit(void) {
 extern const char *malloc_conf __attribute__((weak));
 extern char **environ;
 
-/* Whether an option source mentions a statistics-output option, without parsing (conf.c
- * reports problems once, at initialisation). The constructor initialises strata early
- * only then: a process that asks for nothing is initialised by its first malloc, as
- * before. */
+/* Whether an option source mentions an option that needs a thread or an exit handler
+ * from the start (statistics output, prof_signal), without parsing (conf.c reports
+ * problems once, at initialisation). The constructor initialises strata early only then:
+ * a process that asks for nothing is initialised by its first malloc, as before. */
 static bool stats_options_requested(void) {
-  static const char *const keys[] = {"stats_print", "stats_file"};
+  static const char *const keys[] = {"stats_print", "stats_file", "prof_signal"};
   const char *srcs[4] = {&malloc_conf != NULL ? malloc_conf : NULL, NULL, NULL, NULL};
   char file[4096];
   if (os_read_file("/etc/strata.conf", file, sizeof(file)) > 0) srcs[1] = file;
@@ -500,7 +500,7 @@ static bool stats_options_requested(void) {
     if (strncmp(*e, "MALLOC_CONF=", 12) == 0) srcs[3] = *e;
   }
   for (int i = 0; i < 4; i++) {
-    for (int k = 0; srcs[i] && k < 2; k++) {
+    for (int k = 0; srcs[i] && k < 3; k++) {
       if (strstr(srcs[i], keys[k])) return true;
     }
   }
@@ -510,6 +510,7 @@ static bool stats_options_requested(void) {
 __attribute__((constructor)) static void metrics_boot(void) {
   if (!__atomic_load_n(&strata_ready, __ATOMIC_ACQUIRE) && !stats_options_requested()) return;
   if (tsd_fetch() == NULL) return;
+  prof_boot_thread();
   if (!opt.stats_print && !opt.stats_file[0]) return;
   atexit(stats_atexit);
   if (!opt.stats_file[0]) return;

@@ -717,6 +717,32 @@ static void dump_thread_start(void) {
   pthread_attr_destroy(&at);
 }
 
+/* Every prof.* name except opt.* needs opt.prof, as in jemalloc (ENOENT otherwise). */
+#define NEED_PROF() \
+  do { \
+    if (!strata_ready && strata_init()) return EAGAIN; \
+    if (!prof_on) return ENOENT; \
+  } while (0)
+
+/* prof_signal: the dump thread is started when the library loads (metrics.c's
+ * constructor, never inside a malloc call), so a signal dumps at once even in a process
+ * that makes no more allocator calls; the handler only sets a bit and wakes the futex,
+ * both async-signal-safe. A forked child starts its thread at its first allocator call. */
+void prof_boot_thread(void) {
+  if (prof_on && prof_opt.signal) dump_thread_start();
+}
+
+/* prof.dump_request (strata): the same request as prof_signal, from code: the dump
+ * thread writes the next 'm' dump and the caller does not wait for it. */
+int prof_ctl_dump_request(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  (void)mib, (void)miblen, (void)oldlenp, (void)newp, (void)newlen;
+  NEED_PROF();
+  if (oldp != NULL) return EPERM; /* write-only */
+  __atomic_or_fetch(&dump_req, REQ_SIGNAL, __ATOMIC_RELEASE);
+  dump_thread_start();
+  return __atomic_load_n(&dump_thread_started, __ATOMIC_ACQUIRE) ? 0 : EAGAIN;
+}
+
 static void signal_handler(int sig) {
   (void)sig;
   int saved = errno;
@@ -788,7 +814,7 @@ void prof_postfork(bool child) {
     mtx_init(&prof_dump_lock);
     /* The dump thread is not in the child: the next request starts one. */
     __atomic_store_n(&dump_thread_started, false, __ATOMIC_RELEASE);
-    if (__atomic_load_n(&dump_req, __ATOMIC_RELAXED)) want_thread();
+    if (__atomic_load_n(&dump_req, __ATOMIC_RELAXED) || prof_opt.signal) want_thread();
     dump_seq = dump_mseq = dump_iseq = dump_useq = 0;
     /* Only this thread lives on: the others' records stay while their samples do. */
     for (prof_thr_t *t = thr_all; t; t = t->next) t->dead |= t != prof_td.thr;
@@ -817,12 +843,6 @@ static int rw_bool(bool *var, void *oldp, size_t *oldlenp, void *newp, size_t ne
     if ((newp) != NULL) return EPERM; \
   } while (0)
 
-/* Every prof.* name except opt.* needs opt.prof, as in jemalloc (ENOENT otherwise). */
-#define NEED_PROF() \
-  do { \
-    if (!strata_ready && strata_init()) return EAGAIN; \
-    if (!prof_on) return ENOENT; \
-  } while (0)
 
 int prof_ctl_active(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
   (void)mib, (void)miblen;
