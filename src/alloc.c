@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 
 #include "internal.h"
+#include "probes.h"
 
 #define EXPORT __attribute__((visibility("default")))
 /* mremap beats copying from about this size (page-table moves vs a 4 MiB memcpy). */
@@ -287,7 +288,10 @@ static inline __attribute__((always_inline)) void *malloc_general(size_t size) {
   tsd_t *tsd = tsd_fetch();
   szind_t ind = sz_size2index(size);
   void *p = (tsd && ind) ? ialloc(tsd, ind, false, true, NULL) : NULL;
-  if (unlikely(p == NULL)) errno = ENOMEM;
+  if (unlikely(p == NULL)) {
+    PROBE_OOM(size, 0);
+    errno = ENOMEM;
+  }
   return p;
 }
 
@@ -396,7 +400,10 @@ static NOINLINE void *malloc_slow(size_t size) {
        * class 0 (no class: an impossible size) goes on to malloc_general's ENOMEM. */
       if (likely(ind != 0)) {
         p = ialloc(&strata_tsd, ind, false, true, NULL);
-        if (unlikely(p == NULL)) errno = ENOMEM;
+        if (unlikely(p == NULL)) {
+          PROBE_OOM(size, 0);
+          errno = ENOMEM;
+        }
         return p;
       }
     }
@@ -620,7 +627,10 @@ EXPORT void *strata_calloc(size_t n, size_t size) {
   tsd_t *tsd = tsd_fetch();
   szind_t ind = sz_size2index(total);
   void *p = (tsd && ind) ? ialloc(tsd, ind, true, true, NULL) : NULL;
-  if (p == NULL) errno = ENOMEM;
+  if (p == NULL) {
+    PROBE_OOM(total, 0);
+    errno = ENOMEM;
+  }
   return p;
 }
 
@@ -677,7 +687,10 @@ EXPORT void *strata_realloc(void *p, size_t size) {
   }
   tsd_t *tsd = tsd_fetch();
   void *q = tsd ? irealloc(tsd, p, size, 0, false, true, NULL, "realloc") : NULL;
-  if (q == NULL) errno = ENOMEM;
+  if (q == NULL) {
+    PROBE_OOM(size, 0);
+    errno = ENOMEM;
+  }
   return q;
 }
 
@@ -702,7 +715,10 @@ EXPORT int strata_posix_memalign(void **memptr, size_t alignment, size_t size) {
   int saved = errno;
   void *p = aligned_common(alignment, size);
   errno = saved;
-  if (p == NULL) return ENOMEM;
+  if (p == NULL) {
+    PROBE_OOM(size, alignment);
+    return ENOMEM;
+  }
   *memptr = p;
   return 0;
 }
@@ -713,7 +729,10 @@ EXPORT void *strata_aligned_alloc(size_t alignment, size_t size) {
     return NULL;
   }
   void *p = aligned_common(alignment, size);
-  if (p == NULL) errno = ENOMEM;
+  if (p == NULL) {
+    PROBE_OOM(size, alignment);
+    errno = ENOMEM;
+  }
   return p;
 }
 
@@ -727,7 +746,10 @@ EXPORT void *strata_memalign(size_t alignment, size_t size) {
     alignment = (size_t)1 << (64 - __builtin_clzll(alignment));
   }
   void *p = aligned_common(alignment ? alignment : 1, size);
-  if (p == NULL) errno = ENOMEM;
+  if (p == NULL) {
+    PROBE_OOM(size, alignment);
+    errno = ENOMEM;
+  }
   return p;
 }
 
@@ -885,7 +907,10 @@ static void *mallocx_impl(tsd_t *tsd, size_t size, int flags) {
 static NOINLINE void *mallocx_slow(size_t size, int flags) {
   tsd_t *tsd = tsd_fetch();
   void *p = tsd ? mallocx_impl(tsd, size, flags) : NULL;
-  if (unlikely(p == NULL)) errno = ENOMEM;
+  if (unlikely(p == NULL)) {
+    PROBE_OOM(size, FLAG_LG_ALIGN(flags) ? (size_t)1 << FLAG_LG_ALIGN(flags) : 0);
+    errno = ENOMEM;
+  }
   return p;
 }
 

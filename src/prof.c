@@ -38,6 +38,7 @@
 #include <linux/futex.h>
 
 #include "internal.h"
+#include "probes.h"
 
 prof_opt_t prof_opt = {
     .prof = false,
@@ -198,6 +199,13 @@ void prof_free_hook(void) { /* called from idalloc, outside strata: may malloc *
   if (__atomic_exchange_n(&prof_want_thread, false, __ATOMIC_ACQ_REL)) dump_thread_start();
 }
 
+/* Whether a sampling point is recorded: prof.active, or a tracer attached to
+ * otel_memory:alloc (its semaphore is raised while it is), so that attaching turns the
+ * sampler on at run time whatever prof_active says. */
+static inline bool sampling_wanted(void) {
+  return __atomic_load_n(&prof_active_now, __ATOMIC_RELAXED) || PROBE_ON(otel_memory, alloc);
+}
+
 /* The countdown spends usize bytes; true when this allocation holds the sampling point
  * (jemalloc's decision: the countdown reaches zero within its bytes), after which a new
  * exponential interval starts at its end. */
@@ -211,7 +219,7 @@ static bool cd_take(prof_tdata_t *td, size_t usize) {
   }
   interval_note(td->cdlen);
   cd_set((int64_t)(td->cdlen = draw_interval(td)));
-  td->pending = !td->busy && td->active && __atomic_load_n(&prof_active_now, __ATOMIC_RELAXED);
+  td->pending = !td->busy && td->active && sampling_wanted();
   return true;
 }
 
@@ -258,7 +266,7 @@ bool prof_class_take(tcache_t *tc, szind_t ind) {
   tc->prof_nm_off[ind] = n + k;
   b->nmalloc = (uint64_t)0 - k; /* the k-th pop from now reaches 0 */
   __atomic_store_n(&tc->prof_nm_gen, g + 2, __ATOMIC_RELEASE);
-  if (hit) td->pending = !td->busy && td->active && __atomic_load_n(&prof_active_now, __ATOMIC_RELAXED);
+  if (hit) td->pending = !td->busy && td->active && sampling_wanted();
   return hit;
 }
 
@@ -477,7 +485,10 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
   sassert(tsd->reentrant);
   (void)tsd;
   td->busy = true;
-  unsigned n = strata_backtrace(frames, PROF_DEPTH);
+  /* Sampled for a tracer only (prof.active off): it unwinds the stack itself, at the
+   * probe; the record keeps an empty stack, for the free probe and the statistics. */
+  unsigned n = __atomic_load_n(&prof_active_now, __ATOMIC_RELAXED) ? strata_backtrace(frames, PROF_DEPTH) : 0;
+  bool recorded = false;
   double rate = (double)sample_mean();
   double w = 1.0 / (1.0 - exp(-(double)usize / rate));
   edata_t *ed = rt_edata(rtree_read((uintptr_t)p));
@@ -513,6 +524,7 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
     st->w_acc_objs += w;
     st->w_acc_bytes += w * (double)usize;
     live_w_bytes += w * (double)usize;
+    recorded = true;
     if (!old) __atomic_add_fetch(&ed->prof_nsampled, 1, __ATOMIC_RELAXED);
     gran_poison(ed, (uintptr_t)p);
     if (live_w_bytes > live_w_peak) {
@@ -524,6 +536,9 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
     gran_restore(ed, (uintptr_t)p);
   }
   mtx_unlock(&prof_lock);
+  /* weight: the bytes this sample stands for (w samples' worth of usize), as
+   * OpenTelemetry's contract asks (nsamples * interval, the same unbiased estimate). */
+  if (recorded && PROBE_ON(otel_memory, alloc)) PROBE3(otel_memory, alloc, p, usize, (uint64_t)(w * (double)usize));
   if (gdump) __atomic_or_fetch(&dump_req, REQ_GDUMP, __ATOMIC_RELEASE);
   td->busy = false;
   if (__atomic_load_n(&dump_req, __ATOMIC_ACQUIRE)) {
@@ -548,6 +563,7 @@ bool prof_free_sampled(tsd_t *tsd, void *p, edata_t *ed) {
     gran_restore(ed, (uintptr_t)p);
   }
   mtx_unlock(&prof_lock);
+  if (e && PROBE_ON(otel_memory, free)) PROBE1(otel_memory, free, p);
   tsd->reentrant = 0;
   return false;
 }

@@ -4,7 +4,8 @@
  * chains are kept in the binary (noinline). It prints "ready <pid>" once they are live,
  * then makes no allocator call until SIGTERM, when it frees them and exits normally.
  * "request" first asks for a dump through the mallctl prof.dump_request (run under
- * LD_PRELOAD: found with dlsym). "churn N" instead allocates and frees site_gamma's
+ * LD_PRELOAD: found with dlsym). "wait" prints "waiting <pid>" and allocates only after
+ * SIGUSR1 (a tracer attaches in between). "churn N" instead allocates and frees site_gamma's
  * 4 KiB blocks N times (tracer overhead figures) and exits.
  */
 #include <dlfcn.h>
@@ -50,6 +51,16 @@ int main(int argc, char **argv) {
     return 0;
   }
   signal(SIGTERM, on_term);
+  if (strcmp(mode, "wait") == 0) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    printf("waiting %d\n", (int)getpid());
+    fflush(stdout);
+    int sig;
+    sigwait(&set, &sig);
+  }
   site_alpha();
   site_beta();
   if (strcmp(mode, "request") == 0) {

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import __version__, bench, launch, prof, serve, statsview
+from . import __version__, bench, launch, prof, serve, statsview, trace
 
 # (name, module, one-line help). Each module exposes add_arguments(parser).
 SUBCOMMANDS = (
@@ -18,6 +18,7 @@ SUBCOMMANDS = (
     ("stats", statsview, "read strata's statistics: show FILE, diff A B, watch -- CMD"),
     ("prof", prof, "heap profiles: record a program, top, flame graph, diff two dumps, leaks"),
     ("serve", serve, "HTTP sidecar: /metrics and /debug/pprof/heap for running strata processes"),
+    ("trace", trace, "live sampled allocations of a process by stack (USDT probes, bpftrace)"),
 )
 
 
