@@ -5,9 +5,13 @@
  * then makes no allocator call until SIGTERM, when it frees them and exits normally.
  * "request" first asks for a dump through the mallctl prof.dump_request (run under
  * LD_PRELOAD: found with dlsym). "wait" prints "waiting <pid>" and allocates only after
- * SIGUSR1 (a tracer attaches in between). "churn N" instead allocates and frees site_gamma's
+ * SIGUSR1 (a tracer attaches in between). "gate SEM DIR" does what an attaching tracer
+ * does to otel_memory:alloc's semaphore (SEM: its address in libstrata, from readelf -n):
+ * dumps DIR/before.heap after site_beta, raises the semaphore, dumps DIR/after.heap after
+ * site_alpha. "churn N" instead allocates and frees site_gamma's
  * 4 KiB blocks N times (tracer overhead figures) and exits.
  */
+#define _GNU_SOURCE 1
 #include <dlfcn.h>
 #include <signal.h>
 #include <stdio.h>
@@ -50,6 +54,25 @@ int main(int argc, char **argv) {
     printf("%.2f ns per malloc+free of 4 KiB\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / n);
     return 0;
   }
+  int (*mctl)(const char *, void *, size_t *, void *, size_t) =
+      (int (*)(const char *, void *, size_t *, void *, size_t))dlsym(RTLD_DEFAULT, "mallctl");
+  if (strcmp(mode, "gate") == 0 && argc > 3 && mctl) {
+    Dl_info di;
+    if (!dladdr((void *)mctl, &di)) return 2;
+    volatile unsigned short *sem = (volatile unsigned short *)((char *)di.dli_fbase + strtoul(argv[2], NULL, 0));
+    char path[512];
+    const char *pp = path;
+    site_beta();
+    snprintf(path, sizeof path, "%s/before.heap", argv[3]);
+    int r1 = mctl("prof.dump", NULL, NULL, &pp, sizeof pp);
+    (*sem)++; /* what the kernel does when a uprobe with this reference counter attaches */
+    site_alpha();
+    snprintf(path, sizeof path, "%s/after.heap", argv[3]);
+    int r2 = mctl("prof.dump", NULL, NULL, &pp, sizeof pp);
+    (*sem)--;
+    printf("dumps %d %d\n", r1, r2);
+    return r1 || r2;
+  }
   signal(SIGTERM, on_term);
   if (strcmp(mode, "wait") == 0) {
     sigset_t set;
@@ -64,8 +87,6 @@ int main(int argc, char **argv) {
   site_alpha();
   site_beta();
   if (strcmp(mode, "request") == 0) {
-    int (*mctl)(const char *, void *, size_t *, void *, size_t) =
-        (int (*)(const char *, void *, size_t *, void *, size_t))dlsym(RTLD_DEFAULT, "mallctl");
     int r = mctl ? mctl("prof.dump_request", NULL, NULL, NULL, 0) : -1;
     printf("dump_request %d\n", r);
   }

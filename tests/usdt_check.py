@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""usdt_check.py notes LIB | trace LIB PROF_SITES WORKDIR - strata's USDT probes.
+"""usdt_check.py notes LIB | gate LIB PROF_SITES WORKDIR | trace LIB PROF_SITES WORKDIR -
+strata's USDT probes.
   notes: `readelf -n LIB` lists otel_memory:alloc and otel_memory:free (OpenTelemetry's
          memory-profiling contract) and strata:purge, limit_purge, lock_wait and oom, each
          with a semaphore (zero cost while nothing is attached). Exit 77 when the library
          was built without <sys/sdt.h>.
+  gate:  with prof:true,prof_active:false nothing is sampled until otel_memory:alloc's
+         semaphore is raised (as an attaching tracer raises it, done here by the program
+         itself): a dump before shows no sample, one after shows site_alpha's (about 251).
   trace: `strata trace` (bpftrace) attached to prof_sites started with
          prof:true,prof_active:false: attaching turns the sampler on; site_alpha (16 MiB
          live) and site_beta (8 MiB) come out with their samples and outstanding bytes in
@@ -31,6 +35,36 @@ def notes(lib):
         print(f"{k[0]}:{k[1]}: {len(got[k])} site(s), semaphore {', '.join(hex(x) for x in sorted(got[k]))}")
     if missing or ungated:
         print(f"FAIL: missing {sorted(missing)}, without semaphore {ungated}")
+        return 1
+    return 0
+
+
+def semaphore_of(lib, provider, name):
+    r = subprocess.run(["readelf", "-n", lib], capture_output=True, text=True, check=True)
+    m = re.search(rf"Provider: {provider}\s+Name: {name}\s+Location: \S+, Base: \S+, Semaphore: (\S+)", r.stdout)
+    return m.group(1) if m else None
+
+
+def gate(lib, prog, work):
+    sem = semaphore_of(lib, "otel_memory", "alloc")
+    if sem is None:
+        print("SKIP: no otel_memory:alloc note: built without <sys/sdt.h>")
+        return 77
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    env = dict(os.environ, LD_PRELOAD=lib, STRATA_CONF="prof:true,prof_active:false,lg_prof_sample:14")
+    env.pop("MALLOC_CONF", None)
+    r = subprocess.run([prog, "gate", sem, work], env=env, capture_output=True, text=True, timeout=60)
+    counts = []
+    for f in ("before.heap", "after.heap"):
+        try:
+            m = re.search(r"^\s*t\*: (\d+): (\d+)", open(os.path.join(work, f)).read(), re.M)
+            counts.append(int(m.group(1)))
+        except (OSError, AttributeError):
+            counts.append(None)
+    print(f"prof_active:false: {counts[0]} samples before the semaphore is raised, {counts[1]} after")
+    if r.returncode != 0 or counts[0] != 0 or counts[1] is None or not 235 <= counts[1] <= 256:
+        print(f"FAIL: rc {r.returncode} {r.stdout} {r.stderr}")
         return 1
     return 0
 
@@ -93,4 +127,4 @@ def trace(lib, prog, work):
 if __name__ == "__main__":
     if sys.argv[1] == "notes":
         sys.exit(notes(sys.argv[2]))
-    sys.exit(trace(*sys.argv[2:5]))
+    sys.exit((gate if sys.argv[1] == "gate" else trace)(*sys.argv[2:5]))
