@@ -8,8 +8,10 @@
  * SIGUSR1 (a tracer attaches in between). "gate SEM DIR" does what an attaching tracer
  * does to otel_memory:alloc's semaphore (SEM: its address in libstrata, from readelf -n):
  * dumps DIR/before.heap after site_beta, raises the semaphore, dumps DIR/after.heap after
- * site_alpha. "churn N" instead allocates and frees site_gamma's
- * 4 KiB blocks N times (tracer overhead figures) and exits.
+ * site_alpha. "churn N [SEM]" instead allocates and frees site_gamma's 4 KiB blocks N
+ * times (tracer overhead figures; SEM raised first, as in "gate") and exits. "stacks N"
+ * keeps N blocks of 64 B live, each from its own call chain (N distinct stacks: the
+ * dump-latency figure with lg_prof_sample:0), then idles as "idle" does.
  */
 #define _GNU_SOURCE 1
 #include <dlfcn.h>
@@ -43,11 +45,40 @@ __attribute__((noinline)) void site_gamma(long n) {
   }
 }
 
+/* Distinct call chains: walk(x, d) goes through wa or wb by x's low bit, d times, so
+ * each x below 2^d has a stack of its own. The empty asm after each call keeps it a call
+ * (no tail call folds the frames). */
+static void *walk(unsigned x, int d);
+__attribute__((noinline)) static void *wa(unsigned x, int d) {
+  void *p = walk(x, d);
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+__attribute__((noinline)) static void *wb(unsigned x, int d) {
+  void *p = walk(x, d);
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+__attribute__((noinline)) static void *walk(unsigned x, int d) {
+  void *p = d == 0 ? malloc(64) : (x & 1) ? wa(x >> 1, d - 1) : wb(x >> 1, d - 1);
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+
+static volatile unsigned short *semaphore_at(const char *off) {
+  void *mctl = dlsym(RTLD_DEFAULT, "mallctl");
+  Dl_info di;
+  if (!mctl || !dladdr(mctl, &di)) return NULL;
+  return (volatile unsigned short *)((char *)di.dli_fbase + strtoul(off, NULL, 0));
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "idle";
   if (strcmp(mode, "churn") == 0) {
     struct timespec a, b;
     long n = argc > 2 ? atol(argv[2]) : 1000000;
+    volatile unsigned short *sem = argc > 3 ? semaphore_at(argv[3]) : NULL;
+    if (sem) (*sem)++;
     clock_gettime(CLOCK_MONOTONIC, &a);
     site_gamma(n);
     clock_gettime(CLOCK_MONOTONIC, &b);
@@ -57,9 +88,8 @@ int main(int argc, char **argv) {
   int (*mctl)(const char *, void *, size_t *, void *, size_t) =
       (int (*)(const char *, void *, size_t *, void *, size_t))dlsym(RTLD_DEFAULT, "mallctl");
   if (strcmp(mode, "gate") == 0 && argc > 3 && mctl) {
-    Dl_info di;
-    if (!dladdr((void *)mctl, &di)) return 2;
-    volatile unsigned short *sem = (volatile unsigned short *)((char *)di.dli_fbase + strtoul(argv[2], NULL, 0));
+    volatile unsigned short *sem = semaphore_at(argv[2]);
+    if (!sem) return 2;
     char path[512];
     const char *pp = path;
     site_beta();
@@ -74,6 +104,17 @@ int main(int argc, char **argv) {
     return r1 || r2;
   }
   signal(SIGTERM, on_term);
+  if (strcmp(mode, "stacks") == 0) {
+    unsigned n = argc > 2 ? (unsigned)atol(argv[2]) : 100000, d = 0;
+    while ((1u << d) < n) d++;
+    void **keep = malloc(n * sizeof(void *));
+    for (unsigned i = 0; keep && i < n; i++) keep[i] = walk(i, (int)d);
+    printf("ready %d\n", (int)getpid());
+    fflush(stdout);
+    struct timespec ts = {0, 20 * 1000000};
+    while (!stop) nanosleep(&ts, NULL);
+    return 0;
+  }
   if (strcmp(mode, "wait") == 0) {
     sigset_t set;
     sigemptyset(&set);
