@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""memory_return.py - issue 6's figures, every allocator in one run:
+"""memory_return.py - the memory-return figures, every allocator in one run:
 
   memreturn  wl_memreturn's RSS every 50 ms while idle after its 2 GiB burst, for glibc,
              jemalloc, tcmalloc, mimalloc and strata, and jemalloc and strata again with
@@ -254,7 +254,7 @@ def plot(res: dict, path: Path) -> None:
 
 
 def report(data: dict, out: Path) -> str:
-    L = [f"# Memory return (issue 6), {data['date']}", "", f"Machine: {data['machine']}", ""]
+    L = [f"# Memory return, {data['date']}", "", f"Machine: {data['machine']}", ""]
     if "memreturn" in data:
         L += ["## wl_memreturn: RSS while idle after a 2 GiB burst (MiB)", "",
               "| allocator | before | peak | after free | at 1 s | at 11 s | end (15 s) | back within 4 MiB at |",

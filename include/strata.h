@@ -44,7 +44,7 @@ extern "C" {
 
 /* ---- Extent hooks: a per-arena page source, jemalloc 5.3's extent_hooks_t exactly
  * (arenas.create, arena.<i>.extent_hooks). Every function returns false on success;
- * a NULL member means "not supported". See docs/design.md, "User arenas". */
+ * a NULL member means "not supported". See docs/design.md, "Arenas". */
 #include <stdbool.h>
 typedef struct extent_hooks_s extent_hooks_t;
 /* Pages for arena_ind, aligned to alignment; *zero and *commit: in, required; out, what
@@ -112,6 +112,22 @@ STRATA_EXPORT int strata_mallctlbymib(const size_t *mib, size_t miblen, void *ol
 STRATA_EXPORT void strata_malloc_stats_print(void (*write_cb)(void *, const char *),
                                              void *cbopaque, const char *opts);
 
+/* ---- Variables a program defines or sets, as jemalloc's (every build has the strata_
+ * names; the default build also jemalloc's, below).
+ * strata_malloc_conf / malloc_conf: an options string in MALLOC_CONF syntax that the
+ * program compiles in, `const char *malloc_conf = "narenas:2,dirty_decay_ms:5000";`,
+ * read at initialisation before /etc/strata.conf, STRATA_CONF and MALLOC_CONF (later
+ * sources win; where a program defines both names, strata_malloc_conf is read second).
+ * strata's own definitions are weak and NULL: the program's definition replaces them in a
+ * static link and in a dynamic one (under LD_PRELOAD only if the program exports it).
+ * strata_malloc_message / malloc_message: when the program sets it, strata's messages
+ * (option reports, warnings, fatal errors, and malloc_stats_print without a write_cb) go
+ * to it, with cbopaque NULL (malloc_stats_print's cbopaque for its output), instead of
+ * to stderr by write(2). It may be called early, from a failing free or a signal-handler
+ * re-entry, or with strata's locks held: it must not allocate. */
+STRATA_EXPORT extern const char *strata_malloc_conf;
+STRATA_EXPORT extern void (*strata_malloc_message)(void *cbopaque, const char *s);
+
 /* ---- jemalloc's names: exported by the default build (STRATA_OVERRIDE=ON). Define
  * STRATA_PREFIX_ONLY when using a prefixed build, where only the strata_ names exist. */
 #ifndef STRATA_PREFIX_ONLY
@@ -126,6 +142,8 @@ int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t ne
 int mallctlnametomib(const char *name, size_t *mibp, size_t *miblenp);
 int mallctlbymib(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen);
 void malloc_stats_print(void (*write_cb)(void *, const char *), void *cbopaque, const char *opts);
+extern const char *malloc_conf;
+extern void (*malloc_message)(void *cbopaque, const char *s);
 #endif
 
 #ifdef __cplusplus

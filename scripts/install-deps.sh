@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
 # install-deps.sh - installs what strata's build, tests and `strata bench` need on Debian 12:
 # the toolchain, valgrind, the peer allocators, Redis, sqlite3, stress-ng, GNU time,
-# matplotlib and pytest, then `pip install -e tools/` (the `strata` command).
-# Idempotent: when everything is already there it only checks (about a second).
-# Runs as root, or through sudo. PYTHON=/path/to/python3 picks the interpreter.
+# matplotlib and pytest. It does not install strata's own `strata` command (the checkout's
+# is scripts/strata; `cmake --install` installs one): a global install of one checkout
+# would run its code for every other checkout on the machine.
+# Idempotent: when everything is already there it only checks (about a second), and
+# needs no root. Otherwise it says first what needs root and why, then installs through
+# sudo when not root; waits (STRATA_APT_LOCK_WAIT seconds, default 600) for a package lock
+# held by another process, naming it; and leaves the services of the packages it installs
+# (nginx, redis-server, prometheus-node-exporter) as it found them: not started, and not
+# enabled at boot unless they were. PYTHON=/path/to/python3 picks the interpreter.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
+# shellcheck source=setup-lib.sh
+source "$ROOT/scripts/setup-lib.sh"
 
 APT_PKGS=(build-essential cmake ninja-build valgrind
           libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
@@ -17,18 +25,8 @@ APT_PKGS=(build-essential cmake ninja-build valgrind
 APT_PKGS+=(prometheus-node-exporter)  # introspection test: scrapes strata's stats_file
 APT_PKGS+=(prometheus)         # promtool: the metric names are linted with `promtool check metrics`
 APT_PKGS+=(systemtap-sdt-dev bpftrace)  # USDT probes (<sys/sdt.h>) and the test that traces them
-# issue 12: strata bench's experiments (nginx driven by wrk; javac/java for the JVM one).
+# strata bench's experiments (nginx driven by wrk; javac/java for the JVM one).
 APT_PKGS+=(nginx wrk openjdk-17-jdk-headless)
-
-SUDO=()
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then
-    SUDO=(sudo)
-  else
-    echo "install-deps.sh: run as root or install sudo" >&2
-    exit 1
-  fi
-fi
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
@@ -41,23 +39,46 @@ if ! "$PY" -m pip --version >/dev/null 2>&1 && ! installed python3-pip; then
   missing+=(python3-pip)
 fi
 
-apt_install() {
-  # RUNLEVEL=1 keeps invoke-rc.d from starting redis-server's service on port 6379.
+SUDO=()
+if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" -ne 0 ]; then
+  why="root is needed to install ${#missing[@]} missing Debian package(s) with apt-get (${missing[*]}) and to keep their services from starting"
+  if command -v sudo >/dev/null 2>&1; then
+    echo "install-deps.sh: $why; running those commands with sudo"
+    SUDO=(sudo)
+  else
+    echo "install-deps.sh: $why, and sudo is not installed: run this script as root, or install" \
+         "the packages yourself (apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+fi
+
+LOCK_WAIT=${STRATA_APT_LOCK_WAIT:-600}
+apt_get() {
+  # The lock may be taken again between pkg_lock_wait and apt-get: apt waits for it too.
+  pkg_lock_wait "$LOCK_WAIT" || exit 1
+  # RUNLEVEL=1 and policy-rc.d (svc_block_starts) keep invoke-rc.d from starting services.
   "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 \
-    apt-get install -y -qq --no-install-recommends "$@"
+    apt-get -o DPkg::Lock::Timeout="$LOCK_WAIT" "$@"
 }
+apt_install() { apt_get install -y -qq --no-install-recommends "$@"; }
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps.sh: apt-get install ${missing[*]}"
+  svc_record
+  svc_block_starts "${SUDO[@]}"
+  trap 'svc_allow_starts "${SUDO[@]}"' EXIT
   # apt-get update only when there are no package lists yet, or the install failed
   # (stale lists); never on a machine that already has everything.
   if ! compgen -G "/var/lib/apt/lists/*_Packages" >/dev/null; then
-    "${SUDO[@]}" apt-get update -qq
+    apt_get update -qq
   fi
   if ! apt_install "${missing[@]}"; then
-    "${SUDO[@]}" apt-get update -qq
+    apt_get update -qq
     apt_install "${missing[@]}"
   fi
+  svc_allow_starts "${SUDO[@]}"
+  trap - EXIT
+  svc_restore "${SUDO[@]}"
 fi
 
 pip_install() {
@@ -92,17 +113,4 @@ if [ ${#py_missing[@]} -gt 0 ]; then
   pip_install "${py_missing[@]}"
 fi
 
-# strata_tool: editable install of this checkout, unless it is installed from here already.
-if ! (cd / && "$PY" - "$ROOT/tools" >/dev/null 2>&1 <<'EOF'
-import os, sys
-import strata_tool
-here = os.path.realpath(os.path.dirname(strata_tool.__file__))
-sys.exit(0 if here.startswith(os.path.realpath(sys.argv[1]) + os.sep) else 1)
-EOF
-); then
-  echo "install-deps.sh: pip install -e tools/"
-  pip_install -e "$ROOT/tools"
-  if command -v pyenv >/dev/null 2>&1; then pyenv rehash || true; fi
-fi
-
-echo "install-deps.sh: all dependencies present"
+echo "install-deps.sh: all dependencies present (the strata command of this checkout: scripts/strata)"

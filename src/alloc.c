@@ -52,7 +52,7 @@ static inline void alloc_fill(void *p, size_t usize, bool zero) {
 }
 
 /* ---------------------------------------------------------------- sampled blocks' pages */
-/* Heap profiling (issue 9, eighth session): a sampled small block is served from a page
+/* Heap profiling (docs/design.md, "Profiling"): a sampled small block is served from a page
  * extent of its own, jemalloc's promotion, so that no slab granule is marked for it and the
  * small fast paths never meet a sampled block. The extent is a large one whose class is the
  * small class (szind <= SZ_NSMALL, slab 0; guard.c's blocks are the only others, told

@@ -24,7 +24,7 @@ mtx_t arenas_lock = MTX_INITIALIZER;
  * new arena's locks need no init: its metadata comes zeroed, and the 37 bins (960 bytes
  * each, 35 KiB of the 49 KiB arena) stay untouched until a thread uses their class, so the
  * oversize arena and a heap that uses a few classes do not fault in pages for the rest
- * (docs/design.md, "Redis, third round"). */
+ * (docs/design.md, "Arenas"). */
 static bool mtx_zero_is_init(void) {
   static const mtx_t init = MTX_INITIALIZER;
   const unsigned char *b = (const unsigned char *)&init;

@@ -1,8 +1,9 @@
 /*
  * conf.c - options in MALLOC_CONF syntax ("key:value,key:value") from, in order, the
- * program's malloc_conf symbol, /etc/strata.conf, STRATA_CONF and MALLOC_CONF; later
- * sources win. Every unknown key or bad value is reported once, naming the key, the
- * value, the source and what is accepted; abort_conf:true makes any problem fatal.
+ * program's malloc_conf (and strata_malloc_conf) symbol, /etc/strata.conf, STRATA_CONF
+ * and MALLOC_CONF; later sources win. Every unknown key or bad value is reported once,
+ * naming the key, the value, the source and what is accepted; abort_conf:true makes any
+ * problem fatal.
  * Runs during initialisation: no stdio, no getenv-before-libc assumptions, no malloc.
  */
 #include <signal.h>
@@ -17,7 +18,7 @@ opt_t opt = {
     .tcache_max = (size_t)32 << 10, /* jemalloc's default */
     .oversize_threshold = (size_t)8 << 20,
     .retain = true,
-    .arena_spread = false, /* off: a thread per arena up to narenas, as jemalloc (docs/design.md) */
+    .arena_spread = false, /* off: a thread per arena up to narenas, as jemalloc (docs/design.md, "Arenas") */
     .junk = JUNK_NONE,
     .zero = false,
     .abort = false,
@@ -38,8 +39,22 @@ opt_t opt = {
     .tcache_total_max = (size_t)16 << 20,
 };
 
-extern const char *malloc_conf __attribute__((weak));
+/* The program's options strings (jemalloc's malloc_conf): weak definitions, so that the
+ * program's own definition takes their place in a static link and a dynamic one. */
+STRATA_EXPORT __attribute__((weak)) const char *strata_malloc_conf = NULL;
+#ifdef STRATA_OVERRIDE
+__attribute__((weak, visibility("default"))) const char *malloc_conf = NULL;
+#endif
 extern char **environ;
+
+unsigned conf_program_strings(const char *str[2], const char *name[2]) {
+  unsigned n = 0;
+#ifdef STRATA_OVERRIDE
+  if (malloc_conf != NULL) str[n] = malloc_conf, name[n++] = "malloc_conf";
+#endif
+  if (strata_malloc_conf != NULL) str[n] = strata_malloc_conf, name[n++] = "strata_malloc_conf";
+  return n;
+}
 
 #define MAX_NARENAS 4095 /* the rtree's edata keeps arena indices in 16 bits; one is the oversize arena */
 
@@ -291,7 +306,7 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
         problems++;
       }
     } else if (key_is(k, klen, "stats_print_opts") || key_is(k, klen, "stats_file")) {
-      /* statistics output (issue 7): strings kept in fixed buffers */
+      /* statistics output: strings kept in fixed buffers */
       bool file = key_is(k, klen, "stats_file");
       char *dst = file ? o->stats_file : o->stats_print_opts;
       size_t cap = file ? sizeof(o->stats_file) : sizeof(o->stats_print_opts);
@@ -482,7 +497,9 @@ void conf_print(const opt_t *o) {
 void conf_init(void) {
   static char envbuf[65536], filebuf[4096];
   int problems = 0;
-  if (&malloc_conf != NULL && malloc_conf != NULL) problems += conf_parse(&opt, malloc_conf, "malloc_conf");
+  const char *prog[2], *prog_name[2];
+  for (unsigned i = 0, n = conf_program_strings(prog, prog_name); i < n; i++)
+    problems += conf_parse(&opt, prog[i], prog_name[i]);
   if (os_read_file("/etc/strata.conf", filebuf, sizeof(filebuf)) > 0) {
     /* One option per line or comma-separated; '#' starts a comment line. */
     for (char *p = filebuf; *p; p++) {

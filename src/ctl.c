@@ -22,7 +22,7 @@ static void mutex_read(const mtx_t *m, ctl_mutex_stats_t *o) {
 /* Snapshot records are 19 KiB, mostly zeros (bins never used, extent buckets never filled):
  * clearing and summing them store only words that change, so that their pages a program's
  * statistics reads never need (Redis's cron) stay untouched, as in .bss or fresh metadata
- * (s5-redisrss). */
+ * (docs/design.md, "Introspection"). */
 static void snap_zero(void *p, size_t bytes) { /* bytes: a multiple of 8 (the records' alignment) */
   unsigned char *c = p;
   for (size_t i = 0; i + 8 <= bytes; i += 8) {
@@ -991,14 +991,11 @@ EXPORT int strata_mallctlbymib(const size_t *mib, size_t miblen, void *oldp, siz
   return ctl_by_mib(mib, miblen, oldp, oldlenp, newp, newlen);
 }
 
-static void write_stderr(void *opaque, const char *s) {
-  (void)opaque;
-  msg_write(s);
-}
-
+/* Without write_cb the output goes where strata's messages go (stderr, or the program's
+ * malloc_message with this cbopaque), as jemalloc's does. */
 EXPORT void strata_malloc_stats_print(void (*write_cb)(void *, const char *), void *cbopaque, const char *opts) {
   if (tsd_fetch() == NULL) return;
-  stats_print(write_cb ? write_cb : write_stderr, cbopaque, opts ? opts : "");
+  stats_print(write_cb ? write_cb : msg_cb, cbopaque, opts ? opts : "");
 }
 
 #ifdef STRATA_OVERRIDE

@@ -430,7 +430,7 @@ static bool commit_or_purge(arena_t *a, size_t size) {
   return true;
 }
 
-/* Cross-arena reuse (issue 10, fifth round). Each ordinary arena keeps the dirty (and
+/* Cross-arena reuse (docs/design.md, "Arenas"). Each ordinary arena keeps the dirty (and
  * muzzy) pages its slabs and large blocks leave, and reused only those; with every thread
  * on its own arena the arenas together held far more free resident pages than any one
  * needed (wl_xthread: 16 MiB dirty at the peak spread over 8 arenas while others faulted
@@ -454,7 +454,7 @@ static unsigned extent_steal(arena_t *a, size_t np, edata_t **take) {
     /* Not even enough pages: no lock (a growing program's arenas mostly have none). */
     bool dirty = __atomic_load_n(&o->dirty.npages, __ATOMIC_RELAXED) >= np && eset_may_fit(&o->dirty, np);
     if (!dirty && (__atomic_load_n(&o->muzzy.npages, __ATOMIC_RELAXED) < np || !eset_may_fit(&o->muzzy, np)))
-      continue; /* no extent that fits, only fragments: no lock (issue 10, s6-xthread) */
+      continue; /* no extent that fits, only fragments: no lock */
     if (mtx_trylock(&o->elock)) continue;
     __atomic_fetch_add(&extent_nsteal_locks, 1, __ATOMIC_RELAXED);
     /* Its dirty pages first (resident for sure), then its muzzy ones: one trylock each. */
@@ -492,8 +492,8 @@ static unsigned extent_steal(arena_t *a, size_t np, edata_t **take) {
     if (take != NULL) {
       /* The request itself (take: a page-aligned request of exactly np pages): e is
        * handed to extent_alloc active, instead of joining this arena's set only to be
-       * found, removed and cut again there (~350 instructions a steal; issue 10,
-       * s8-xthread). Its boundaries name e before o's lock goes, as below. */
+       * found, removed and cut again there (~350 instructions a steal).
+       * Its boundaries name e before o's lock goes, as below. */
       e->state = ES_ACTIVE;
       if (state == ES_MUZZY) e->zeroed = 0; /* MADV_FREE pages may keep their contents */
       extent_register(e, 0, false);
@@ -608,7 +608,7 @@ static edata_t *extent_gather_dirty(arena_t *a, size_t size) {
   return d;
 }
 
-/* Fragmented dirty pages give way to fresh ones (issue 10, sixth round). An arena that
+/* Fragmented dirty pages give way to fresh ones. An arena that
  * holds np dirty pages or more, none of which fit a request of np pages (nor did any
  * other arena's, see extent_steal), is about to fault in np fresh pages beside them. Its
  * dirty pages are then fragments between live blocks: while every arena's dirty pages
@@ -616,7 +616,7 @@ static edata_t *extent_gather_dirty(arena_t *a, size_t size) {
  * dirty pages are purged once the caller has unlocked, so its resident memory stays where
  * it was instead of growing by np. wl_nativethreads (100 threads, blocks of 16 B..256
  * KiB) faulted in 34-46 MiB per run, 90% of it for requests that found enough dirty pages,
- * in pieces (docs/design.md, "sixth round"). Below the share, fragments are kept for
+ * in pieces (docs/design.md, "Extents and the page map"). Below the share, fragments are kept for
  * later small requests: purges and refaults would cost time for nothing (wl_drift,
  * wl_halffree and wl_xthread take fresh pages with dirty pages under an eighth of
  * resident, nearly always). Decay disabled (dirty_decay_ms -1) means keep them. */
@@ -739,9 +739,9 @@ edata_t *extent_alloc(arena_t *a, size_t size, size_t align) {
      * order) and t takes the front, which the caller registers. The slab and large
      * extents cut from a big free extent (retained pages as the heap grows) skipped a
      * heap removal and insertion, an LRU move and a boundary write: ~150 instructions of
-     * ~800 (issue 10, s6-xthread). A trail in a lower bucket: f is still the trail, at
+     * ~800. A trail in a lower bucket: f is still the trail, at
      * its age in the purge order, and only changes heaps (wl_halffree: 47% of its slab
-     * cuts, ~50 instructions each; s7-halffree). */
+     * cuts, ~50 instructions each). */
     unsigned b = f->bucket;
     bool move = psz_floor_fast(trail / os_page) != b;
     if (move) eset_remove(es, f);
@@ -978,7 +978,7 @@ static unsigned extent_release_hooked(arena_t *a, extent_hooks_t *h, edata_t *e)
 
 /* extent_purge for an arena with extent hooks: the same batches, oldest first, each
  * extent released through the hooks outside the elock. Kept apart from the OS path so
- * that each can change (muzzy pages, issue 6) without the other. */
+ * that each can change (muzzy pages) without the other. */
 size_t extent_purge_hooked(arena_t *a, extent_hooks_t *h, size_t target_pages) {
   size_t purged = 0;
   while (a->dirty.npages > target_pages && a->dirty.lru_head != NULL) {

@@ -29,8 +29,12 @@
 #endif
 
 /* ------------------------------------------------------------------ report.c */
-/* Messages go to stderr by raw write(2), prefixed "<strata>: ", never through stdio. */
+/* Messages go to stderr by raw write(2), never through stdio, or to the program's
+ * malloc_message when it sets one; prefixed "<strata>: ". */
 HIDDEN void msg_write(const char *s);
+/* msg_write with a cbopaque for the program's malloc_message: malloc_stats_print's
+ * default writer. */
+HIDDEN void msg_cb(void *cbopaque, const char *s);
 HIDDEN void msg_parts(const char *const *parts, int n);
 HIDDEN char *fmt_u64(char *buf, uint64_t v);  /* returns buf, NUL-terminated */
 HIDDEN char *fmt_hex(char *buf, uint64_t v);  /* "0x..." */
@@ -55,7 +59,7 @@ HIDDEN extern size_t os_page;      /* run-time page size (4K, 16K, 64K) */
 /* log2(os_page). Elsewhere than os.c and ctl.c (which define OS_PAGE_VARIABLE: they set
  * os_page and take its address), os_page reads as 1 << os_lg_page, so that the extent
  * code's x / os_page and x % os_page compile to a shift and a mask instead of a 64-bit
- * division (~25-90 cycles on x86: ~15 per slab made and released; s7-halffree). */
+ * division (~25-90 cycles on x86: ~15 per slab made and released). */
 HIDDEN extern unsigned os_lg_page;
 #ifndef OS_PAGE_VARIABLE
 #define os_page ((size_t)1 << os_lg_page)
@@ -93,7 +97,7 @@ HIDDEN void os_decommit(size_t bytes);
  * it). Taking a free lock is one `lock cmpxchg`, releasing one `xchg` and a wake only when
  * the word says a thread sleeps: glibc's pthread_mutex_trylock/unlock cost ~55
  * instructions a pair in calls and type checks (70 K pairs in wl_xthread; docs/design.md,
- * "wl_xthread, seventh session"). It never allocates; an all-zero lock is a free one
+ * "Lock order"). It never allocates; an all-zero lock is a free one
  * (arenas' bins need no init); fork's child releases what the prepare handler took
  * (mtx_init on a held lock). Under ThreadSanitizer the lock is annotated
  * (__tsan_mutex_*), so TSan still sees strata's critical sections and lock order.
@@ -255,7 +259,7 @@ typedef unsigned szind_t;
 #define SZ_SMALL_MAX ((size_t)14336)
 /* The malloc fast path's size -> class table covers every small class (1,793 bytes): the
  * 4-14 KiB classes popped their bins on malloc_slow, 43 instructions a call (wl_xthread,
- * 3 of 4 mallocs; docs/design.md, issue 10 sixth round). Every class it names is a slab
+ * 3 of 4 mallocs; docs/design.md, "Hot paths"). Every class it names is a slab
  * class, which the fast path's pop (tag word cleared, nmalloc counted) requires. */
 #define SZ_LOOKUP_MAX SZ_SMALL_MAX
 #define SZ_MIN_IND 2 /* 16 bytes */
@@ -278,12 +282,12 @@ typedef struct {
   uint32_t nregs;
   uint16_t bm_words;  /* bitmap words per slab (the largest geometry's) */
   bool pow2;          /* size is a power of two <= page: an aligned pointer is a region start */
-  /* Slabs made while the thread caches are crowded (slab_new; issue 10, s8-native): the
-   * smallest page multiple with tail waste under 1/64, as jemalloc's, never more than
+  /* Slabs made while the thread caches are crowded (slab_new; docs/design.md, "Size classes
+   * and slab geometry"): the smallest page multiple with tail waste under 1/64, as jemalloc's, never more than
    * slab_size. A slab's geometry is told by its size (slab_nregs). */
   uint32_t slab_size_crowd, nregs_crowd;
   /* Slabs made while the bin only grows and its arena gives slabs back (slab_new;
-   * docs/design.md, "Half-free loop, ninth session"): slab_size_big bytes, a multiple of
+   * docs/design.md, "Size classes and slab geometry"): slab_size_big bytes, a multiple of
    * slab_size within the class's bitmap block; slab_size itself when none fits. */
   uint32_t slab_size_big, nregs_big;
   uint32_t used_crowd, used_big; /* region bytes of a slab of those geometries */
@@ -305,7 +309,7 @@ static inline szind_t sz_lookup_read(size_t size) {
  * entry; the same instructions as reading sz_lookup, at another address. It reaches one
  * class further than sz_lookup: 16 KiB (SZ_NSMALL + 1, a large class cached by thread
  * caches), whose pop there cost ~35 instructions more in malloc_slow (wl_xthread: 1 in 8
- * mallocs; docs/design.md, "wl_xthread, seventh session"). The pop clears the block's
+ * mallocs; docs/design.md, "Hot paths"). The pop clears the block's
  * second word (user memory) and counts nmalloc, which tcache_counts reads up to this
  * class. */
 #define SZ_MALLOC_FAST_MAX ((size_t)16384)
@@ -439,14 +443,14 @@ typedef struct {
   /* Regions freed by threads of other arenas, handed over as whole chains (tagged, still
    * in curregs); the next fill takes whole chains first. 32: a consumer's burst fills up
    * to 16 producer batches' worth without merging chains past a fill's room, which a fill
-   * would have to cut by walking (docs/design.md, "Threads and arenas", third round). */
+   * would have to cut by walking (docs/design.md, "Thread caches"). */
   rchain_t rchain[32];
   uint32_t nrchain;
   uint32_t remote_count;
   size_t curregs;       /* regions handed out (to threads or caches) */
   size_t curslabs;
   uint64_t nmalloc, ndalloc, nfills, nflushes;
-  /* stats (issue 7): kept under the bin lock on the slab paths only */
+  /* stats: kept under the bin lock on the slab paths only */
   uint64_t nslabs, nreslabs; /* slabs created; times the current slab changed */
   size_t nonfull_slabs;      /* slabs in the nonfull heap */
   /* The growth run (slab_new): grow_run slabs of grow_bytes made in a row while the bin's
@@ -526,7 +530,7 @@ struct arena_s {
   size_t bg_seen_npages;  /* dirty pages when that thread was last told */
   uint64_t slab_bytes_released; /* slab bytes given to the extents (elock; read relaxed) */
   bin_t bins[SZ_NSMALL + 1];
-  /* stats (issue 7), under elock: per large class, purge passes and madvise calls */
+  /* stats, under elock: per large class, purge passes and madvise calls */
   uint64_t lext_nmalloc[SZ_NCLASSES - SZ_NSMALL], lext_ndalloc[SZ_NCLASSES - SZ_NSMALL];
   uint64_t npurge_passes, nmadvise;
   uint64_t created_ns; /* uptime origin */
@@ -677,7 +681,7 @@ HIDDEN extern unsigned tcache_nbins; /* classes cached: 1..tcache_nbins-1 */
  * prof:true (ialloc counts those allocations' bytes). */
 HIDDEN extern unsigned tcache_nbins_malloc;
 /*
- * Free-list links (issue 11). Every in-band link (thread caches, fill lists, remote
+ * Free-list links (docs/design.md, "Hardening"). Every in-band link (thread caches, fill lists, remote
  * chains) is stored as next ^ tcache_key ^ slot, the slot being the free region that
  * holds it (glibc's safe-linking, with a 64-bit secret instead of ASLR's bits), so an
  * overflow that writes an address over a freed neighbour's link decodes to noise. A
@@ -763,7 +767,7 @@ typedef struct {
   bool abort_conf;
   bool confirm_conf;
   int64_t dirty_decay_ms;    /* -1: never purge by age; 0: purge at once */
-  /* statistics output (issue 7) */
+  /* statistics output */
   bool stats_print;          /* malloc_stats_print at exit */
   char stats_print_opts[32];
   char stats_file[256];      /* OpenMetrics textfile; %p is the pid */
@@ -786,6 +790,9 @@ HIDDEN void conf_init(void);
 /* Parses one MALLOC_CONF-syntax string; returns the number of problems reported. */
 HIDDEN int conf_parse(opt_t *o, const char *s, const char *source);
 HIDDEN void conf_print(const opt_t *o);
+/* The program's options strings (malloc_conf, strata_malloc_conf) that are set, in the
+ * order they apply, with their names; returns how many. */
+HIDDEN unsigned conf_program_strings(const char *str[2], const char *name[2]);
 
 /* ------------------------------------------------------------------ init.c */
 HIDDEN extern bool strata_ready;
@@ -990,6 +997,8 @@ typedef struct {           /* one stack's counters copied under prof_lock for a 
 } prof_snap_t;
 HIDDEN extern mtx_t prof_dump_lock;
 HIDDEN uint64_t prof_exp_draw(uint64_t *rng, uint64_t mean); /* for the unit tests too */
+HIDDEN double prof_ln(double x);                 /* libm's log(x), x > 0 normal */
+HIDDEN double prof_one_minus_exp_neg(double x); /* 1 - exp(-x), x >= 0 */
 HIDDEN prof_stack_t *prof_stack_intern(const uintptr_t *frames, unsigned n); /* prof_lock held */
 HIDDEN prof_snap_t *prof_snapshot(size_t *n, size_t *map_bytes); /* os_map'ed; os_unmap(map_bytes) */
 HIDDEN bool prof_dump_heap_v2(const char *path, const prof_snap_t *s, size_t n, const prof_thr_snap_t *t, size_t nt,

@@ -483,7 +483,6 @@ static void stats_atexit(void) {
   if (opt.stats_print) strata_malloc_stats_print(NULL, NULL, opt.stats_print_opts);
 }
 
-extern const char *malloc_conf __attribute__((weak));
 extern char **environ;
 
 /* Whether an option source mentions an option that needs a thread or an exit handler
@@ -492,14 +491,15 @@ extern char **environ;
  * a process that asks for nothing is initialised by its first malloc, as before. */
 static bool stats_options_requested(void) {
   static const char *const keys[] = {"stats_print", "stats_file", "prof_signal"};
-  const char *srcs[4] = {&malloc_conf != NULL ? malloc_conf : NULL, NULL, NULL, NULL};
+  const char *srcs[5] = {NULL, NULL, NULL, NULL, NULL}, *names[2];
+  conf_program_strings(srcs + 3, names);
   char file[4096];
-  if (os_read_file("/etc/strata.conf", file, sizeof(file)) > 0) srcs[1] = file;
+  if (os_read_file("/etc/strata.conf", file, sizeof(file)) > 0) srcs[0] = file;
   for (char **e = environ; e && *e; e++) {
-    if (strncmp(*e, "STRATA_CONF=", 12) == 0) srcs[2] = *e;
-    if (strncmp(*e, "MALLOC_CONF=", 12) == 0) srcs[3] = *e;
+    if (strncmp(*e, "STRATA_CONF=", 12) == 0) srcs[1] = *e;
+    if (strncmp(*e, "MALLOC_CONF=", 12) == 0) srcs[2] = *e;
   }
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < 5; i++) {
     for (int k = 0; srcs[i] && k < 3; k++) {
       if (strstr(srcs[i], keys[k])) return true;
     }

@@ -266,7 +266,7 @@ void *os_map(size_t size, size_t align) {
 void os_unmap(void *addr, size_t size) { munmap(addr, size); }
 
 /* Address space for the arenas' retained memory (extent_grow), carved from shared
- * reservations (issue 10, s9-native). Each arena used to map its own chunks (2 MiB, then
+ * reservations (docs/design.md, "Arenas"). Each arena used to map its own chunks (2 MiB, then
  * doubling), three system calls each with the alignment trims, and every arena makes its
  * first ones when threads first use it: a crowded program's threads released at once
  * (wl_nativethreads: 100 on 2 CPUs) made 8 arenas map at the same instant. Each mmap and
@@ -274,8 +274,7 @@ void os_unmap(void *addr, size_t size) { munmap(addr, size); }
  * merges, so the other threads' page faults and madvise calls slept behind it while
  * holding a bin or extent lock, every thread of that arena then slept on the lock, and
  * the CPUs went to threads that had not started yet: each such round ran most of the 100
- * threads at once, with a peak RSS of 30-40 MiB instead of 15-20 (docs/design.md, "Many
- * threads, ninth session"). A reservation is one mapping, aligned to `align`, that
+ * threads at once, with a peak RSS of 30-40 MiB instead of 15-20. A reservation is one mapping, aligned to `align`, that
  * serves the arenas' chunks in turn: the first is one chunk per arena (4 to 32), each
  * next one twice the last (at most CHUNK_RESV_MAX), so a heap of any size makes a few
  * mappings in all. Chunks are carved from the top down, as the kernel places new
@@ -364,7 +363,7 @@ void *os_remap(void *addr, size_t old, size_t new_size) {
  * (opt.mutex_max_spin 600). A sleep hands the CPU to another runnable thread; with many
  * more threads than CPUs each sleep starts another thread's working set, and one wait
  * at thread start-up (a new thread's cache, a new arena) set off hundreds more
- * (wl_nativethreads: docs/design.md, "Many threads: locks that sleep"). On one CPU the
+ * (wl_nativethreads: docs/design.md, "Lock order"). On one CPU the
  * holder cannot run while we spin: no spinning there. */
 #define MTX_SPIN 1000
 static inline void cpu_pause(void) {

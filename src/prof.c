@@ -15,7 +15,7 @@
  * (prof_alloc in ialloc, prof_take elsewhere). Frees are prof:false's: LIFO onto the same bins, so a block freed now is
  * the next one malloc gets (an earlier design reserved cached bytes against per-class
  * countdowns and kept frees in separate stash bins, which cost the cache misses of FIFO-like
- * reuse; docs/design.md). A sampled small block is served from a page extent of its own
+ * reuse; docs/design.md, "Profiling"). A sampled small block is served from a page extent of its own
  * (alloc.c, prof_promote: jemalloc's promotion), whose page-map class 0 sends its free to the
  * slow path, which finds it in the live set; slab granules are never marked, so the small
  * fast paths never meet a sampled block. Only where no page can be had is a sample kept in
@@ -26,7 +26,6 @@
  * tsd->reentrant set, so a signal handler's free leaks rather than deadlocks.
  */
 #include <errno.h>
-#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,10 +147,61 @@ static uint64_t sample_mean(void) {
   return (uint64_t)1 << __atomic_load_n(&prof_lg_sample_now, __ATOMIC_RELAXED);
 }
 
-/* An Exp(1) draw: -log(u), u uniform in (0, 1]. */
+/* The sampler's two transcendental functions, written here so that libstrata.a needs no
+ * libm (a static link with the usual `-lstrata -lpthread` then resolves). Both are within
+ * a few units in the last place of libm's over the sampler's domain (unit_prof compares). */
+union dbits {
+  double d;
+  uint64_t u;
+};
+
+/* ln(x) for a normal x > 0: x = m 2^e with m in [sqrt(1/2), sqrt(2)), and
+ * ln m = 2 atanh(s) = 2 (s + s^3/3 + s^5/5 + ...), s = (m - 1) / (m + 1), |s| < 0.172:
+ * twelve terms reach 2^-53. */
+double prof_ln(double x) {
+  union dbits v = {.d = x};
+  int e = (int)((v.u >> 52) & 0x7ff) - 1023;
+  v.u = (v.u & 0x000fffffffffffffULL) | 0x3ff0000000000000ULL; /* m in [1, 2) */
+  double m = v.d;
+  if (m > 1.4142135623730951) {
+    m *= 0.5;
+    e++;
+  }
+  double s = (m - 1.0) / (m + 1.0), s2 = s * s, term = s, sum = 0.0;
+  for (int k = 1; k <= 23; k += 2) {
+    sum += term / k;
+    term *= s2;
+  }
+  return 2.0 * sum + (double)e * 0.6931471805599453;
+}
+
+/* 1 - exp(-x) for x >= 0: the probability that a block of x sampling means holds a
+ * sampling point. Below 1 by the series of -expm1(-x) (no cancellation for small blocks);
+ * above, exp(-x) = 2^-k exp(-r) with x = k ln 2 + r, 0 <= r < ln 2. */
+double prof_one_minus_exp_neg(double x) {
+  if (x < 1.0) {
+    double term = x, sum = 0.0;
+    for (int n = 1; n <= 20; n++) { /* alternating: sum of (-1)^(n+1) x^n / n! */
+      sum += term;
+      term *= -x / (n + 1);
+    }
+    return sum;
+  }
+  if (x > 40.0) return 1.0; /* exp(-40) < 2^-57 */
+  int k = (int)(x / 0.6931471805599453);
+  double r = x - k * 0.6931471805599453, term = 1.0, e = 0.0;
+  for (int n = 1; n <= 20; n++) { /* exp(-r), r < ln 2 */
+    e += term;
+    term *= -r / n;
+  }
+  union dbits scale = {.u = (uint64_t)(1023 - k) << 52}; /* 2^-k, k <= 57 */
+  return 1.0 - e * scale.d;
+}
+
+/* An Exp(1) draw: -ln(u), u uniform in (0, 1]. */
 static double exp_unit(uint64_t *rng) {
   double u = ((double)(rng_next(rng) >> 11) + 1.0) / 9007199254740993.0;
-  return -log(u);
+  return -prof_ln(u);
 }
 
 /* An exponentially distributed interval with the given mean, at least 1 byte. */
@@ -236,8 +286,13 @@ static uint64_t class_draw(prof_tdata_t *td, size_t usize) {
   uint64_t mean = sample_mean();
   uint64_t k = 1;
   if (mean != 1) {
-    double v = ceil(exp_unit(&td->rng) * (double)mean / (double)usize);
-    k = v < 1.0 ? 1 : v > 4e18 / (double)usize ? (uint64_t)(4e18 / (double)usize) : (uint64_t)v;
+    double v = exp_unit(&td->rng) * (double)mean / (double)usize, cap = 4e18 / (double)usize;
+    if (v >= cap) {
+      k = (uint64_t)cap;
+    } else { /* ceil(v), at least 1 */
+      k = (uint64_t)v;
+      if ((double)k < v || k == 0) k++;
+    }
   }
   interval_note(k * usize);
   return k;
@@ -490,7 +545,7 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
   unsigned n = __atomic_load_n(&prof_active_now, __ATOMIC_RELAXED) ? strata_backtrace(frames, PROF_DEPTH) : 0;
   bool recorded = false;
   double rate = (double)sample_mean();
-  double w = 1.0 / (1.0 - exp(-(double)usize / rate));
+  double w = 1.0 / prof_one_minus_exp_neg((double)usize / rate);
   edata_t *ed = rt_edata(rtree_read((uintptr_t)p));
   bool gdump = false;
   mtx_lock(&prof_lock);

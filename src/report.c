@@ -1,6 +1,7 @@
 /*
  * report.c - messages to stderr by raw write(2), never through stdio (which may
- * allocate), and the fatal paths: invalid free, out of metadata, failed assertion.
+ * allocate), or to the program's malloc_message when it sets one, and the fatal paths:
+ * invalid free, out of metadata, failed assertion.
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -19,16 +20,38 @@ static void write_all(const char *s, size_t n) {
   }
 }
 
+/* Where messages go when the program sets it (jemalloc's malloc_message; weak, so that a
+ * program may also define it). Unset, they go to stderr by raw write(2): async-signal-safe
+ * and allocation-free, since messages come from failing frees and signal-handler re-entry. */
+STRATA_EXPORT __attribute__((weak)) void (*strata_malloc_message)(void *cbopaque, const char *s) = NULL;
+#ifdef STRATA_OVERRIDE
+__attribute__((weak, visibility("default"))) void (*malloc_message)(void *cbopaque, const char *s) = NULL;
+#endif
+
+void msg_cb(void *cbopaque, const char *s) {
+  void (*fn)(void *, const char *) = NULL;
+#ifdef STRATA_OVERRIDE
+  fn = __atomic_load_n(&malloc_message, __ATOMIC_ACQUIRE);
+#endif
+  if (fn == NULL) fn = __atomic_load_n(&strata_malloc_message, __ATOMIC_ACQUIRE);
+  if (fn != NULL) {
+    fn(cbopaque, s);
+  } else {
+    write_all(s, strlen(s));
+  }
+}
+
 void msg_parts(const char *const *parts, int n) {
   char buf[1024];
   size_t len = 0;
   for (int i = 0; i < n; i++) {
     for (const char *p = parts[i]; *p && len < sizeof(buf) - 1; p++) buf[len++] = *p;
   }
-  write_all(buf, len);
+  buf[len] = '\0';
+  msg_cb(NULL, buf);
 }
 
-void msg_write(const char *s) { write_all(s, strlen(s)); }
+void msg_write(const char *s) { msg_cb(NULL, s); }
 
 char *fmt_u64(char *buf, uint64_t v) {
   char tmp[24];

@@ -22,7 +22,7 @@ bin_info_t bin_info[SZ_NSMALL + 1];
  * Pages of a slab are touched only as its regions are handed out. */
 #define SLAB_MIN_TINY ((size_t)64 << 10)
 #define SLAB_TINY_MAX ((size_t)128)
-/* The busy geometry (slab_new, docs/design.md "Half-free loop, ninth session"): classes
+/* The busy geometry (slab_new, docs/design.md "Size classes and slab geometry"): classes
  * up to SLAB_BIG_CLASS_MAX take k usual slabs in one, k as large as SLAB_BIG_MAX and their
  * bitmap block allow. 96 KiB: wl_halffree 332 M instructions (64 KiB: 343 M), peak RSS
  * 1.07x glibc's (128 KiB: 1.1x); classes of 5-14 KiB (2-4 regions) raised wl_frag's peak

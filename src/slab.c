@@ -18,7 +18,7 @@ bool slab_bitmap_test_fail; /* unit tests: the pools cannot give a bitmap back *
  * class's 64 KiB slab), so that they are returned after a peak. Power-of-two blocks alone
  * put the 48-byte class's 176-byte bitmaps in 256 bytes: after Redis deleted half of its
  * small keys (every slab partly free, so every slab holding a bitmap) that was 57 KiB of
- * 426 (s5-redisrss); a block now wastes under a third, that one 16 bytes. */
+ * 426; a block now wastes under a third, that one 16 bytes. */
 unsigned slab_bitmap_pool(szind_t ind) {
   size_t bytes = bin_info[ind].bm_words * sizeof(uint64_t);
   if (bytes <= 32) return META_POOL_BITMAP0 + (bytes > 16);
@@ -58,7 +58,7 @@ void bitmap_free(szind_t ind, uint64_t *bm) {
  * and the first free into the slab takes one again (the spare, else the pool), zeroed.
  * A heap of small objects that stays allocated (Redis's keys) then holds bitmaps only for
  * its partly used slabs: 1 bit per region, 369 KiB for 3 million regions (docs/design.md,
- * "Redis, third round"). Only into an empty spare, never to the pool: with slabs that
+ * "Metadata"). Only into an empty spare, never to the pool: with slabs that
  * keep filling up and getting frees (wl_server), dropping every time cost 0.7% of the
  * instructions in meta pool traffic. Invariant: s->bitmap == NULL only while
  * s->nfree == 0. bin lock held.
@@ -94,15 +94,15 @@ static void bitmap_init(uint64_t *bm, const bin_info_t *bi, uint32_t nregs) {
  * threads spread over every arena, each arena's bins holding a current slab of every class
  * its threads use with a few regions taken: new slabs of ordinary arenas then take the
  * crowded geometry (a page for the classes up to 128 B instead of 64 KiB, as jemalloc's).
- * docs/design.md, "Many threads, eighth session".
+ * docs/design.md, "Size classes and slab geometry".
  * A bin that has made SLAB_BIG_AFTER slabs in a row with none of its class freed, to it or
  * to the filling thread's cache (cfrees: that cache's ndalloc of the class), while its
  * arena gave back at least half as many slab bytes, is one class's memory passing to
  * another (wl_halffree: a class retired, the next filled): its next slabs take the busy
  * geometry, k usual slabs in one, and so k times fewer round trips through the extents. A bin that only grows, or
  * whose class is freed as it grows (wl_drift's rising types, whose long-lived objects
- * would pin the bigger slabs), keeps the usual one. docs/design.md, "Half-free loop, ninth
- * session". */
+ * would pin the bigger slabs), keeps the usual one. docs/design.md, "Size classes and slab
+ * geometry". */
 static inline size_t slab_size_for(const arena_t *a, const bin_t *bin, const bin_info_t *bi, uint64_t cfrees) {
   if (bi->slab_size_crowd != bi->slab_size && !a->user &&
       (__atomic_load_n(&tcache_nlive, __ATOMIC_RELAXED) > tcache_crowd_nlive ||

@@ -1,8 +1,8 @@
 /*
  * tcache.c - per-thread caches: for each class up to tcache_max, a bounded LIFO of free
  * regions (an intrusive list) that the inline fast paths pop and push. Misses fill in
- * one batch under the bin lock (a fill that grows from 32 KiB's worth to half the bin
- * while the class keeps missing); overflows flush half: a batch that belongs to
+ * one batch under the bin lock (above 320 B a fill grows from 4 KiB's worth to half the
+ * bin while the class keeps missing); overflows flush half: a batch that belongs to
  * one other arena goes to that bin's remote list as a chain, anything else back to the
  * bitmaps grouped by owning arena, one lock per batch, never one per object. An
  * incremental GC flushes bins a thread stopped using, and empties them while all
@@ -49,7 +49,7 @@ size_t tcache_total;
  * (at least one region); each further miss doubles it. 100 threads that each touch 20
  * classes of 1-14 KiB once would otherwise take 10 regions of each (wl_nativethreads:
  * peak RSS 3x jemalloc's); at 32 KiB, a JVM's 100 threads still held 10-13 MiB in
- * first fills they never used (docs/design.md, "Threads and arenas"). Classes up to
+ * first fills they never used (docs/design.md, "Thread caches"). Classes up to
  * 320 B start at the full half-bin fill, which the producer/consumer figure depends on. */
 #define FILL_INIT_BYTES ((size_t)4 << 10)
 #define FILL_FULL_MAX 320
@@ -57,8 +57,8 @@ size_t tcache_total;
  * a thread runs a small share of the time, and its cached blocks of the larger classes
  * mostly wait for it (wl_nativethreads, 100 threads on 2 CPUs: 326 KiB a cache at the
  * peak, 24 MiB in all). Its cache then keeps only the classes up to CROWD_MAX: the
- * interleaved rounds' peak fell from 39-42 to 31-34 MiB (docs/design.md, "Many threads,
- * seventh session"; 256 B and 4 KiB did no better). 16 per CPU leaves every other
+ * interleaved rounds' peak fell from 39-42 to 31-34 MiB (docs/design.md, "Thread caches";
+ * 256 B and 4 KiB did no better). 16 per CPU leaves every other
  * workload (at most 16 threads) untouched on 2 CPUs; the caches open again at half. */
 #define CROWD_PER_CPU 16
 #define CROWD_MAX 1024
@@ -113,7 +113,7 @@ static void tcache_reset_bins(tcache_t *tc) {
 }
 
 /*
- * A thread cache among too many (issue 10, s7-natrss): above tcache_crowd_nlive live
+ * A thread cache among too many (docs/design.md, "Thread caches"): above tcache_crowd_nlive live
  * caches, the classes from tcache_crowd_nbins up close: their bins are flushed and get
  * no room (avail 0, so every free of them reaches tcache_dalloc_hard and every malloc
  * tcache_alloc_hard, which serve them from the arena). Checked when the cache is made
@@ -275,7 +275,7 @@ static inline __attribute__((always_inline)) void flush_batch(tbin_t *b, szind_t
 
 /* flush_batch for a thread that is not a consumer: regions of its own arena go back to
  * their bitmaps in one walk (bin_flush_local), flush_batch takes whatever that walk stops
- * at (docs/design.md, issue 10, sixth round). Out of line, so that a consumer's flushes
+ * at (docs/design.md, "Thread caches"). Out of line, so that a consumer's flushes
  * (the producer/consumer figure) keep flush_batch's code as it was. */
 static NOINLINE void flush_batch_own(tcache_t *tc, tbin_t *b, szind_t ind, szind_t rt_ind, void *p, uint32_t n,
                                      unsigned own) {
@@ -642,7 +642,7 @@ int tcache_ctl_bytes(const size_t *mib, size_t miblen, void *oldp, size_t *oldle
  * TCACHE_GC_BYTES of them (jemalloc's tcache_gc_incr_bytes). A thread whose traffic is
  * mostly large blocks makes few fills and flushes, so its cache would otherwise never be
  * looked at and keep its first fills for life (wl_nativethreads: 100 threads held 45 MiB
- * at the peak; docs/design.md, "Many threads: nativethreads"). Slow path only. */
+ * at the peak; docs/design.md, "Thread caches"). Slow path only. */
 void tcache_large_tick(tcache_t *tc, size_t usize) {
   tc->gc_bytes += usize;
   if (tc->gc_bytes < TCACHE_GC_BYTES) return;

@@ -1,5 +1,5 @@
 /*
- * arenas_user.c - user arenas, extent hooks and explicit caches (issue 8): every mallctl
+ * arenas_user.c - user arenas, extent hooks and explicit caches: every mallctl
  * name (arenas.create, arenas.lookup, arena.<i>.{reset,destroy,initialized,extent_hooks},
  * thread.arena, tcache.{create,flush,destroy}, stats.arenas.<i>.*), MALLOCX_ARENA and
  * MALLOCX_TCACHE, hooks that count their calls, hooks that fail (always, at random), a

@@ -385,7 +385,7 @@ static size_t rss_bytes(void)
 
 /* A peak's metadata (extent descriptors, slab bitmaps, page-map pages) goes back with its
  * pages: within the decay time and a second, with no allocator call, stats.metadata is
- * back near where it started and RSS within 4 MiB of it (issue 6's goal, at test size).
+ * back near where it started and RSS within 4 MiB of it (memory returned within the decay time, at test size).
  * Before, metadata never shrank. */
 static size_t pk_meta0, pk_meta_peak, pk_rss0;
 static bool peak_returned(void)

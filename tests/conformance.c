@@ -1082,7 +1082,7 @@ TEST(test_mallctl_mib_lookup_matches_name_lookup)
     CHECK(mallctlnametomib("no.such", mib, &miblen) == ENOENT);
 }
 
-/* Arenas open under contention (docs/design.md, "Threads and arenas"): one live arena at
+/* Arenas open under contention (docs/design.md, "Arenas"): one live arena at
  * start; threads that keep waiting on its locks (uncached, so every malloc and free
  * takes a bin lock) open more, never past opt.narenas; a thread bound by thread.arena
  * stays where it was put. */
@@ -1151,7 +1151,7 @@ TEST(test_arenas_open_under_contention)
     CHECK_EQ(now, 0u);
 }
 
-/* The global cap on thread caches (issue 10): its option and what the caches hold, by
+/* The global cap on thread caches (tcache_total_max): its option and what the caches hold, by
  * name and by MIB; a fill publishes bytes, the thread's flush takes them back out. */
 TEST(test_mallctl_tcache_total_max_and_tcache_bytes)
 {

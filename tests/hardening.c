@@ -1,5 +1,5 @@
 /*
- * hardening.c - misuse and hostile conditions (issue 11): sized frees with a wrong size,
+ * hardening.c - misuse and hostile conditions: sized frees with a wrong size,
  * sampled guarded allocations (overflow, use after free, double free: reported with both
  * stacks), exhaustion under RLIMIT_AS and under a memory cgroup (NULL + ENOMEM, then
  * recovery), and thread storms (caches bounded and returned, RSS back afterwards).

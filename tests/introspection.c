@@ -1,5 +1,5 @@
 /*
- * introspection.c - the mallctl tree (issue 7): jemalloc's names with their types,
+ * introspection.c - the mallctl tree: jemalloc's names with their types,
  * read/write rules and error codes, multi-component MIBs, MALLCTL_ARENAS_ALL (4096),
  * per-bin / per-large-class / per-extent statistics that move when the program does,
  * and malloc_stats_print's omission letters and OpenMetrics output ("P").

@@ -1,5 +1,5 @@
 /*
- * lib_resident.c - libstrata.so's own resident pages (issue 12, s5-redisrss): the
+ * lib_resident.c - libstrata.so's own resident pages (docs/design.md, "Hot paths"): the
  * functions a typical program runs are grouped at the start of .text
  * (cmake/strata-hot.ld), so the kernel's fault-around (64 KiB around each touched file
  * page) leaves the cold code (statistics printing, the profiler, hooks) unmapped.

@@ -41,6 +41,8 @@
 #define mallctlnametomib strata_mallctlnametomib
 #define mallctlbymib strata_mallctlbymib
 #define malloc_stats_print strata_malloc_stats_print
+#define malloc_conf strata_malloc_conf
+#define malloc_message strata_malloc_message
 #else
 #define STRATA_TEST_API ""
 #ifdef __cplusplus

@@ -1,5 +1,5 @@
 /*
- * arena_cost.c - the two figures of issue 8 (user arenas), one JSON line per run:
+ * arena_cost.c - the two figures of user arenas, one JSON line per run:
  *   arena_cost pair|arena_pair|malloc_only|arena_only [N]
  *       N allocations in a never-inlined measured_* function, run under callgrind with
  *       --toggle-collect='measured_*' (bench/arenas/run.sh): instructions per call of

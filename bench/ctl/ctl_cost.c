@@ -1,5 +1,5 @@
 /*
- * ctl_cost.c - the cost of reading strata's statistics (issue 7's figures): epoch plus
+ * ctl_cost.c - the cost of reading strata's statistics: epoch plus
  * every stats.arenas.4096.* value (by MIB, looked up once, and by name), and one
  * OpenMetrics write ("P", and "PD" with per-arena and per-class series), in microseconds,
  * medians of 200 runs, with every arena in use. Run with MALLOC_CONF=narenas:8 / :64.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The heap profiler's figures (issue 9), written to bench/results/prof-figures.{md,json}:
+"""The heap profiler's figures, written to bench/results/prof-figures.{md,json}:
 
 - accuracy: prof_accuracy (f: 64 MiB in 1 KiB blocks, g: 16 MiB in 100 KiB, h: 1 MiB in
   64 B) at lg_prof_sample:14, read in both formats through jeprof, go tool pprof and
@@ -213,7 +213,7 @@ def unwinders(build):
 
 
 def write_md(res, path):
-    L = ["# Heap profiler figures (issue 9)", "", f"Date: {res['date']}", ""]
+    L = ["# Heap profiler figures", "", f"Date: {res['date']}", ""]
     a = res["accuracy"]
     L += ["## Accuracy at lg_prof_sample:14 (estimate / truth - 1; targets f, g 10%, h 35%)", "",
           "| reader | f (64 MiB, 1 KiB) | g (16 MiB, 100 KiB) | h (1 MiB, 64 B) |", "|---|---|---|---|"]

@@ -277,7 +277,7 @@ static void test_arena_takes_another_arenas_dirty_pages(void) {
 
 /* A request cut from the front of a bigger free extent whose rest stays in the same
  * bucket leaves that extent's edata in its set as the rest (its address moved up, its
- * age kept); the request gets a new edata (issue 10, s6-xthread: no heap removal and
+ * age kept); the request gets a new edata (no heap removal and
  * insertion). The rest coalesces with the request again when it is freed. */
 static void test_front_cut_keeps_the_free_edata_as_the_rest(void) {
   arena_t *x = arena_get(1);
@@ -362,7 +362,7 @@ static void test_front_cut_moves_the_rest_to_a_lower_bucket(void) {
 }
 
 /* A steal that takes a whole extent of exactly the pages asked for hands it to the caller
- * active (issue 10, s8-xthread: it no longer joins the taker's dirty set to be found and
+ * active (it does not join the taker's dirty set to be found and
  * cut there): both page-map boundaries name the taker's edata before the other arena's
  * lock goes (the last one named the giver's edata, now back in its pool), the giver keeps
  * nothing of it and the taker's set stays empty. A request aligned beyond a page takes
@@ -531,8 +531,8 @@ static void test_fragments_stay_with_decay_disabled(void) {
 
 /* Another arena's dirty pages in pieces too small for a request are passed over without
  * taking its lock (eset_may_fit reads the set's bucket words): wl_xthread's arenas took
- * 19,690 other elocks to steal 4,704 times; a lock now leads to a steal (issue 10,
- * s6-xthread). A piece that fits is still taken, with one lock. */
+ * 19,690 other elocks to steal 4,704 times; a lock now leads to a steal.
+ * A piece that fits is still taken, with one lock. */
 static void test_steal_skips_fragments_without_locking(void) {
   arena_t *x = arena_get(1), *y = arena_get(2);
   fragment_arena(x); /* 32 dirty pieces of 8 pages in x, 256 pages: none fits 16 */
@@ -769,8 +769,8 @@ static void test_extent_lock_excludes_under_contention(void) {
   lock_stress(ar, 8, 64);
 }
 
-/* The ordinary arenas' chunks come from shared reservations (os_chunk_map; issue 10,
- * s9-native): every arena growing in turn makes one or two mappings in all, not one (and
+/* The ordinary arenas' chunks come from shared reservations (os_chunk_map;
+ * docs/design.md, "Arenas"): every arena growing in turn makes one or two mappings in all, not one (and
  * its alignment trims) per arena, and each chunk is usable memory of its own. */
 static void test_arenas_grow_from_shared_reservations(void) {
   enum { MAXA = 64 };

@@ -463,7 +463,7 @@ static long rollup_rss_kb(void) {
 
 /* A statistics refresh (Redis's cron writes "epoch" ten times a second) stores only the
  * words of a snapshot record that are not zero: a new arena's 19 KiB record costs the page
- * or two of its header, not 5 pages (all were written before s5-redisrss). */
+ * or two of its header, not 5 pages (as it did when every word was written). */
 static void test_statistics_refresh_leaves_zero_pages_of_a_record_untouched(void) {
   if (thp_always() || rollup_rss_kb() < 0 || UNDER_SANITIZER) {
     printf("skip test_statistics_refresh_leaves_zero_pages_of_a_record_untouched: THP always, no "
@@ -507,7 +507,7 @@ static void test_every_geometry_has_a_tail_shorter_than_a_region(void) {
   }
 }
 
-/* Busy bins take the big geometry (docs/design.md, "Half-free loop, ninth session"): a bin
+/* Busy bins take the big geometry (docs/design.md, "Size classes and slab geometry"): a bin
  * that makes SLAB_BIG_AFTER slabs in a row with no region freed to it, while its arena
  * gives back at least half as many slab bytes (one class's memory moving to another, the
  * half-free loop), makes its next slabs slab_size_big; a bin that only grows keeps the

@@ -81,8 +81,8 @@ static void test_thread_exit_flushes_cache(void) {
 }
 
 /* A flush whose regions belong to two arenas returns every region to its owner: the
- * flush visits each owner's runs from the first of that owner on (flush_batch, issue 10
- * s6-xthread), so no run may be left out. This thread (arena 1) frees its own blocks
+ * flush visits each owner's runs from the first of that owner on (flush_batch),
+ * so no run may be left out. This thread (arena 1) frees its own blocks
  * and another thread's (arena 2) alternately, overflowing its bin several times. */
 #define MIX_N 500
 #define MIX_SIZE 256
@@ -168,8 +168,8 @@ static void test_thread_counters_are_exact(void) {
  * or flush (and an overflowing bin entirely): what stays is the cap plus about one bin
  * of the class still in use per thread (three allowed: the lag of the GC visits, and a
  * thread that stops while the total is under the cap keeps what it holds; under TSan
- * the total read 444-1,110 KiB on 36617fd and up to 1,512 on s4-native, whose locks
- * spin, against a bound of two bins, 1,280 KiB; 6.9 MiB without a cap). */
+ * the total read 444-1,110 KiB, and up to 1,512 with locks that spin, against a bound
+ * of two bins, 1,280 KiB; 6.9 MiB without a cap). */
 #define CAP_THREADS 16
 static const size_t cap_sizes[] = {1024, 2048, 4096, 8192, 12288};
 static pthread_barrier_t cap_full, cap_done;
@@ -478,7 +478,7 @@ static void test_crowded_caches_keep_small_classes_only(void) {
   strata_free(t);
 }
 
-/* Crowded slab geometry (issue 10, s8-native): a page for the classes up to 128 B, never
+/* Crowded slab geometry (docs/design.md, "Size classes and slab geometry"): a page for the classes up to 128 B, never
  * more than the usual slab, regions within it. */
 static void test_crowded_slab_geometry(void) {
   for (szind_t i = 1; i <= SZ_NSMALL; i++) {

@@ -60,7 +60,7 @@ class Allocator:
     def redis_preload(self) -> str | None:
         """LD_PRELOAD value for Debian's redis-server, which links libjemalloc itself:
         jemalloc needs nothing, glibc needs libc.so.6 first, the rest their library."""
-        if self.name == "jemalloc":
+        if self.name == "jemalloc" and not self.extra.get("given_by_path"):
             return None
         if self.name == "glibc":
             return str(glibc_libc())
@@ -72,38 +72,105 @@ class Allocator:
                 "skip_reason": self.skip_reason, "version": self.version, **self.extra}
 
 
-def discover(build_dir: Path, names: list[str] | None = None) -> list[Allocator]:
-    """Allocator records in the canonical order, filtered to `names` (order kept as
-    canonical). Missing libraries are marked unavailable with a one-line reason."""
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.+-]{0,31}$")
+# Preloaded libraries given by path (name=PATH), by real path: identify() names them so
+# that the loader's bindings verify a peer named "mimalloc3" as itself.
+_BY_PATH: dict[str, str] = {}
+
+
+def parse_spec(spec: str) -> tuple[str, Path | None]:
+    """`name` (a built-in allocator) or `name=PATH` (a shared object to preload under that
+    name, such as a newer release built from source). Raises ValueError with the reason."""
+    name, eq, path = spec.partition("=")
+    name = name.strip()
+    if not _NAME.match(name):
+        raise ValueError(f"allocator name {name!r}: letters, digits and _.+- only, "
+                         "starting with a letter")
+    if not eq:
+        return name, None
+    if not path.strip():
+        raise ValueError(f"--allocators {spec}: no path after '='")
+    if name in ("glibc", "strata"):
+        raise ValueError(f"--allocators {spec}: {name} cannot be given by path "
+                         f"({'the C library is always the baseline' if name == 'glibc' else 'strata is the build tree one: use --build-dir'})")
+    return name, Path(path.strip()).expanduser()
+
+
+def _elf_problem(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        return f"{path}: {e.strerror}"
+    return None if head == b"\x7fELF" else f"{path}: not an ELF shared object"
+
+
+def discover(build_dir: Path | None, names: list[str] | None = None) -> list[Allocator]:
+    """Allocator records: the built-in ones in the canonical order, filtered to `names`,
+    then the ones given as name=PATH in the order given (strata stays last, the subject).
+    A built-in name with =PATH uses that library instead of Debian's. Missing libraries
+    are marked unavailable with a one-line reason. build_dir None (an installed tool
+    outside a checkout): strata is the installed library."""
     d = libdir()
+    _BY_PATH.clear()                    # the names of this comparison only
+    if build_dir is not None:
+        strata_lib = build_dir / "libstrata.so"
+    else:
+        from . import launch
+        strata_lib = launch.find_library() or Path("libstrata.so")
     table = {
         "glibc": Allocator("glibc", glibc_libc(), "libc6"),
         "jemalloc": Allocator("jemalloc", d / "libjemalloc.so.2", "libjemalloc2"),
         "tcmalloc": Allocator("tcmalloc", d / "libtcmalloc_minimal.so.4", "libtcmalloc-minimal4"),
         "mimalloc": Allocator("mimalloc", d / "libmimalloc.so.2", "libmimalloc2.0"),
-        "strata": Allocator("strata", build_dir / "libstrata.so", None),
+        "strata": Allocator("strata", strata_lib, None),
     }
-    wanted = list(ORDER) if not names else names
-    unknown = [n for n in wanted if n not in table]
+    specs = [parse_spec(n) for n in (names or list(ORDER))]
+    seen: set[str] = set()
+    for n, _ in specs:
+        if n in seen:
+            raise ValueError(f"allocator {n} named twice")
+        seen.add(n)
+    unknown = [n for n, path in specs if path is None and n not in table]
     if unknown:
-        raise ValueError(f"unknown allocator(s) {', '.join(unknown)} "
-                         f"(known: {', '.join(ORDER)})")
+        raise ValueError(f"unknown allocator(s) {', '.join(unknown)} (known: "
+                         f"{', '.join(ORDER)}; or name=PATH for a library of your own)")
+    wanted = dict(specs)
     out = []
     for name in ORDER:
         if name not in wanted:
             continue
         a = table[name]
-        if name == "glibc":
+        if wanted[name] is not None:          # a built-in name at a path of the user's
+            a = Allocator(name, wanted[name], None, extra={"given_by_path": True})
+        out.append(a)
+    customs = [Allocator(n, p, None, extra={"given_by_path": True})
+               for n, p in specs if n not in table]
+    if out and out[-1].name == "strata":
+        out[-1:-1] = customs
+    else:
+        out += customs
+    for a in out:
+        if a.name == "glibc":
             a.available = True          # the default allocator is always there
+        elif a.extra.get("given_by_path"):
+            why = _elf_problem(a.lib)
+            if why:
+                a.available, a.skip_reason = False, why
+            else:
+                a.lib = a.lib.resolve()
+                _BY_PATH[str(a.lib)] = a.name
         elif a.lib is None or not a.lib.exists():
             a.available = False
-            if name == "strata":
+            if a.name == "strata":
                 a.skip_reason = (f"{a.lib} not found: build it first "
-                                 f"(cmake -S . -B {build_dir} -G Ninja && ninja -C {build_dir})")
+                                 f"(cmake -S . -B {build_dir} -G Ninja && ninja -C {build_dir})"
+                                 if build_dir is not None else
+                                 "libstrata.so not found: install strata or give --build-dir")
             else:
                 a.skip_reason = (f"{a.lib} not found: {INSTALL_HINT} "
-                                 f"(or: apt-get install {a.package})")
-        out.append(a)
+                                 f"(or: apt-get install {a.package}), or give "
+                                 f"{a.name}=PATH")
     return out
 
 
@@ -111,6 +178,9 @@ def identify(path: str | None) -> str:
     """Allocator name for a shared-object path from a link map or binding line."""
     if not path:
         return "unknown"
+    given = _BY_PATH.get(os.path.realpath(path))
+    if given:
+        return given
     base = os.path.basename(path)
     for prefix, name in (("libjemalloc", "jemalloc"), ("libtcmalloc", "tcmalloc"),
                          ("libmimalloc", "mimalloc"), ("libstrata", "strata"),

@@ -18,15 +18,16 @@ from pathlib import Path
 from . import allocators as al
 from . import analyze, redis_bench, report, runner, sysinfo
 from . import experiments, sweep
+from .errors import Failure, UsageError, nonneg_float, positive_int
 from .schedule import Schedule
 from .workloads import PRESETS, Workload, select
 
 SCHEMA = "strata-bench/1"
 DEFAULT_TIMEOUT = {"tiny": 60.0, "default": 180.0, "full": 900.0}
-# Seconds after which no further round starts (round 1 always completes): the default
-# run is meant to take about 3 minutes on 2 cores; --full runs every round.
-# issue 12: +150 s for the experiments' first round (about 2.5 minutes on a quiet
-# 2-core machine), so the core workloads keep the later rounds they had.
+# Seconds after which no further round starts (round 1 and the fast workloads' rounds
+# always complete); --full runs every round. On a quiet 2-core machine the default
+# run's first round takes about 260-280 s, and rounds 2 and 3 of the fast workloads
+# about 26 s; what is left goes to the cheapest slow workloads (wl_frag first).
 DEFAULT_BUDGET = {"default": 330.0}
 OK_STDERR_TAIL = 600      # characters of stderr kept for a successful run
 
@@ -53,10 +54,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", default=None, metavar="LIST",
                    help="comma list of workloads, e.g. wl_churn,redis")
     p.add_argument("--allocators", default=None, metavar="LIST",
-                   help="comma list among glibc,jemalloc,tcmalloc,mimalloc,strata "
-                        "(default: all)")
-    p.add_argument("--rounds", type=int, default=None, metavar="N",
-                   help="rounds for every workload (default: 3, wl_memreturn 1, redis 2)")
+                   help="comma list of glibc, jemalloc, tcmalloc, mimalloc, strata (default: "
+                        "all five) and NAME=PATH for a library given by path, e.g. "
+                        "mimalloc3=/opt/mimalloc/lib/libmimalloc.so (preloaded under NAME; "
+                        "a built-in NAME=PATH replaces Debian's build)")
+    p.add_argument("--rounds", type=positive_int, default=None, metavar="N",
+                   help="rounds for every workload, no budget (default: 3, wl_memreturn 1, "
+                        "redis 2, cut by --budget)")
     p.add_argument("--preset", choices=PRESETS, default=None,
                    help="workload preset (default: default; full with --full)")
     mode = p.add_mutually_exclusive_group()
@@ -64,17 +68,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="long version: full presets, 5 rounds (wl_memreturn, redis 3)")
     mode.add_argument("--tiny", action="store_true",
                       help="preset tiny, 1 round: a smoke test of the harness")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--experiments", action="store_true",
+                   help="also run the jemalloc literature's experiments (redis_mixed, "
+                        "redis_frag, nginx, jvm, wl_drift; always with --full)")
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="passed to every workload binary as --threads N")
     p.add_argument("--seed", type=int, default=None,
                    help="passed to every workload binary as --seed S")
-    p.add_argument("--timeout", type=float, default=None, metavar="S",
+    p.add_argument("--timeout", type=nonneg_float, default=None, metavar="S",
                    help="per-run time limit in seconds (default: 60 tiny, 180 default, "
                         "900 full)")
-    p.add_argument("--budget", type=float, default=None, metavar="S",
-                   help="start no round after the first once S seconds are spent "
-                        "(default: 180 in the default mode, none with --full/--rounds; "
-                        "0: no limit)")
+    p.add_argument("--budget", type=nonneg_float, default=None, metavar="S",
+                   help="start no round after the first once S seconds are spent, except "
+                        "the fast workloads' (wl_bulk ... wl_halffree), whose rounds always "
+                        "run; other later rounds go to the cheapest workloads first (default: "
+                        f"{DEFAULT_BUDGET['default']:.0f} in the default mode, none with "
+                        "--full/--rounds; 0: no limit)")
     p.add_argument("--no-plots", action="store_true", help="do not draw PNG plots")
     p.add_argument("--from-results", type=Path, default=None, metavar="FILE",
                    help="run nothing: re-analyse FILE (a results.json) and rewrite the "
@@ -88,23 +97,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=main)
 
 
+NO_BUILD = ("no build tree: strata bench runs the workloads of a strata build; build one "
+            "(cmake -S <strata source> -B build -G Ninja && cmake --build build) and give "
+            "--build-dir build")
+
+
 def main(args: argparse.Namespace) -> int:
     repo = sysinfo.find_repo_root()
-    build = args.build_dir or ((repo / "build") if repo else Path("build"))
-    build = build.resolve()
+    if args.build_dir is not None:
+        build = args.build_dir.resolve()
+        if not build.is_dir():
+            raise UsageError(f"--build-dir {args.build_dir}: no such directory")
+    elif repo is not None:
+        build = (repo / "build").resolve()
+    else:
+        build = None        # an installed tool outside a checkout
     mode = "tiny" if args.tiny else "full" if args.full else "default"
     preset = args.preset or mode
-    if args.rounds is not None and args.rounds < 1:
-        log("strata bench: --rounds must be at least 1")
-        return 2
     try:
         allocs = al.discover(build, _split(args.allocators))
         wls = select(args.only)
+        if not (args.only or args.full or args.experiments or args.tiny):
+            wls = [w for w in wls if w.name not in experiments.NAMES]
     except ValueError as ex:
         log(f"strata bench: {ex}")
         return 2
     if args.list:
         return _list(build, allocs, wls, mode)
+    if build is None and not args.from_results:
+        raise Failure(NO_BUILD)
     if args.sweep:
         return sweep.main(args, build, repo)
     if args.from_results:
@@ -114,8 +135,12 @@ def main(args: argparse.Namespace) -> int:
             log(f"skip allocator {a.name}: {a.skip_reason}")
     active = [a for a in allocs if a.available]
     for a in active:
-        a.version = sysinfo.strata_version(repo) if a.name == "strata" else \
-            sysinfo.dpkg_version(a.package)
+        if a.name == "strata":
+            a.version = sysinfo.strata_version(repo)
+        elif a.extra.get("given_by_path"):
+            a.version = a.lib.name if a.lib else None   # e.g. libmimalloc.so.3.4.3
+        else:
+            a.version = sysinfo.dpkg_version(a.package)
     plan: list[tuple[Workload, int]] = []
     skipped: list[dict] = []
     for w in wls:
@@ -161,6 +186,7 @@ def main(args: argparse.Namespace) -> int:
         "allocators": {a.name: a.to_json() for a in allocs},
         "workloads": {w.name: {"kind": w.kind, "description": w.description,
                                "timed": w.timed, "series": w.series,
+                               "series_x": w.series_x,
                                "binary": str(w.binary(build)) if w.kind == "binary" else None}
                       for w, _ in plan},
         "skipped_workloads": skipped,
@@ -184,8 +210,10 @@ def main(args: argparse.Namespace) -> int:
                 log(f"!!! ALLOCATOR MISMATCH: {w.name} under {a.name}: malloc resolves to "
                     f"{v['verified_allocator']} ({v['binding_error'] or v['bindings']})")
 
+    # The fast workloads' rounds are never cut: their medians are what the default run
+    # can afford to show for every allocator.
     sched = Schedule([w for w, _ in plan], {w.name: r for w, r in plan}, len(active), preset,
-                     budget)
+                     budget, keep={w.name: r for w, r in plan if w.fast})
     t_begin = time.monotonic()
     for rnd in range(1, sched.n_rounds() + 1):
         todo = sched.plan_round(rnd, time.monotonic() - t_begin)
@@ -274,12 +302,18 @@ def _split(s: str | None) -> list[str] | None:
     return [x.strip() for x in s.split(",") if x.strip()]
 
 
-def _unavailable(w: Workload, build: Path) -> str | None:
+def _unavailable(w: Workload, build: Path | None) -> str | None:
     if w.kind == "binary":
+        if build is None:
+            return "no build tree (see above)"
         b = w.binary(build)
         if not (b.is_file() and os.access(b, os.X_OK)):
-            return (f"{b} not found (build the workloads: ninja -C {build}, with "
-                    f"STRATA_BUILD_BENCH=ON)")
+            if not build.is_dir():
+                return (f"{build} does not exist: build strata there (cmake -S <strata "
+                        f"source> -B {build} -G Ninja && cmake --build {build}) or give "
+                        "--build-dir")
+            return (f"{b} not found (build the workloads: cmake --build {build}, "
+                    f"configured with STRATA_BUILD_BENCH=ON)")
         return None
     if w.kind in experiments.RUNNERS:
         return experiments.unavailable(w.kind)
@@ -345,8 +379,9 @@ def _run_one(w: Workload, a: al.Allocator, rnd: int, build: Path, preset: str,
     return rec
 
 
-def _list(build: Path, allocs: list[al.Allocator], wls: list[Workload], mode: str) -> int:
-    print(f"build dir: {build}")
+def _list(build: Path | None, allocs: list[al.Allocator], wls: list[Workload],
+          mode: str) -> int:
+    print(f"build dir: {build}" if build is not None else NO_BUILD)
     print("allocators:")
     for a in allocs:
         state = "ok" if a.available else f"missing ({a.skip_reason})"

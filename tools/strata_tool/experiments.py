@@ -1,4 +1,4 @@
-"""The jemalloc literature's experiments in `strata bench` (issue 12): their suite
+"""The jemalloc literature's experiments in `strata bench`: their suite
 entries, how each is run (exp_redis, exp_nginx, exp_jvm; wl_drift is an ordinary
 workload binary), and their report sections - one table per experiment with the
 median and the spread (min-max) of its rounds, ratios against the other allocators of
@@ -18,8 +18,8 @@ from typing import Callable, Mapping
 from . import exp_jvm, exp_nginx, exp_redis, plots, redis_bench, stats
 from .workloads import EXPERIMENTS
 
-# Kept out of the headline geomeans. wl_halffree (issue 10's workload) is not: it is an
-# ordinary timed workload that only gets an extra section here.
+# Kept out of the headline geomeans. wl_halffree is not: it is an ordinary timed
+# workload that only gets an extra section here.
 NAMES = {w.name for w in EXPERIMENTS}
 
 RUNNERS: dict[str, Callable] = {
@@ -180,7 +180,7 @@ def _mixed_section(results: Mapping, out: Path, draw: bool) -> str:
                   [(h, f"by_clients.{c}.{k}", u, h != "req/s") for h, k, u in
                    [MIXED_COLS[3], *MIXED_COLS[:3]]])
         if t:
-            L.append(f"**{c} clients** (median of rounds, min–max in brackets):\n\n{t}\n")
+            L.append(f"**{c} clients** ({_runs_text(results, 'redis_mixed')}):\n\n{t}\n")
     if not L:
         return ""
     L.insert(0, f"Key space {exp_redis.MIXED_KEYS.get(results['config']['preset'])} keys "
@@ -270,9 +270,9 @@ def _nginx_section(results: Mapping, out: Path, draw: bool) -> str:
                 f"{exp_nginx.GZIP_BYTES // 1024} KiB HTML page gzip-compressed per "
                 "request.\n")
     if draw and _bars(out / "nginx.png", results, "nginx",
-                      [("static req/s", "cases.static.rps"), ("gzip req/s ×10", "cases.gzip.rps")],
-                      "k requests/s", "nginx throughput", scale=1e-3,
-                      per_group_scale=[1.0, 10.0]):
+                      [("static file (k req/s)", "cases.static.rps"),
+                       ("gzip page (k req/s)", "cases.gzip.rps")],
+                      "", "nginx throughput, higher is better", scale=1e-3, panels=True):
         L.append("![nginx](nginx.png)\n")
     return "\n".join(L)
 
@@ -328,9 +328,11 @@ def _halffree_section(results: Mapping, out: Path, draw: bool) -> str:
                                        ("peak RSS", "peak_rss_kb", "MiB", True)])
     if not t:
         return ""
-    L = ["The half-free loop (time and peak RSS, median of rounds):\n", t + "\n"]
+    L = [f"The half-free loop (time and peak RSS, {_runs_text(results, 'wl_halffree')}):\n",
+         t + "\n"]
     if draw and _bars(out / "halffree.png", results, "wl_halffree",
-                      [("time (s)", "seconds")], "s", "half-free loop"):
+                      [("time (s)", "seconds"), ("peak RSS (MiB)", "peak_rss_kb")], "",
+                      "half-free loop", scale=[1.0, 1 / 1024], panels=True):
         L.append("![half-free loop](halffree.png)\n")
     return "\n".join(L)
 
@@ -383,35 +385,71 @@ def summary(results: Mapping) -> str:
 
 # ---- plots -------------------------------------------------------------------------------
 
+def _runs_text(results: Mapping, wl: str) -> str:
+    """"1 run" / "median of 3 runs, min–max in brackets" for an experiment's tables."""
+    ns = [len(_results(results, wl, a)) for a in results["config"]["allocators"]]
+    phrase = plots.runs_phrase(ns)
+    return phrase if max(ns, default=0) <= 1 else phrase + ", min–max in brackets"
+
+
 def _bars(path: Path, results: Mapping, wl: str, groups: list[tuple[str, str]],
-          ylabel: str, title: str, scale: float = 1.0,
-          per_group_scale: list[float] | None = None) -> bool:
-    """Grouped bars (median) with min-max error bars, one bar per allocator."""
+          ylabel: str, title: str, scale: float | list[float] = 1.0,
+          panels: bool = False) -> bool:
+    """Bars of the median of each figure, one per allocator, with min-max error bars
+    where an allocator has two or more differing runs (none for a single run: its label
+    says "1 run"). Grouped (one group per figure on a shared axis, legend above the
+    plot) or, with `panels`, one panel per figure on its own axis with the allocators
+    along x (figures of different scales, or a single figure)."""
     allocs = [a for a in results["config"]["allocators"] if _results(results, wl, a)]
     if not allocs:
         return False
+    scales = scale if isinstance(scale, list) else [scale] * len(groups)
+    figs = [figure(results, wl, p) for _, p in groups]
+    ns = [sp["n"] for f in figs for sp in f.values()]
+    runs = plots.runs_phrase(ns)
+    spread = any(plots.has_spread(sp) for f in figs for sp in f.values())
+    note = runs + (", min-max" if spread else "")
     plt = plots._plt()
-    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
-    width = 0.8 / len(allocs)
-    for i, a in enumerate(allocs):
-        xs, ys, lo, hi = [], [], [], []
-        for j, (_, p) in enumerate(groups):
-            sp = figure(results, wl, p).get(a)
-            if not sp:
-                continue
-            k = scale * (per_group_scale[j] if per_group_scale else 1.0)
-            xs.append(j - 0.4 + width * (i + 0.5))
-            ys.append(sp["median"] * k)
-            lo.append((sp["median"] - sp["min"]) * k)
-            hi.append((sp["max"] - sp["median"]) * k)
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=a,
-               color=plots.COLORS.get(a))
-    ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels([g for g, _ in groups])
-    ax.set_ylabel(ylabel + " (median, min-max)")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
+
+    def err(sps, k):
+        lo = [(sp["median"] - sp["min"]) * k if plots.has_spread(sp) else 0 for sp in sps]
+        hi = [(sp["max"] - sp["median"]) * k if plots.has_spread(sp) else 0 for sp in sps]
+        return [lo, hi] if any(lo) or any(hi) else None
+
+    if panels:
+        fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups) + 0.6, 4.0),
+                                 dpi=100, squeeze=False)
+        for ax, (label, _), f, k in zip(axes[0], groups, figs, scales):
+            names = [a for a in allocs if a in f]
+            sps = [f[a] for a in names]
+            ax.bar(range(len(names)), [sp["median"] * k for sp in sps], 0.7,
+                   yerr=err(sps, k), capsize=3,
+                   color=[plots.COLORS.get(a) for a in names])
+            ax.set_xticks(range(len(names)))
+            ax.set_xticklabels(names, rotation=20, ha="right", fontsize=9)
+            ax.set_ylabel(label)
+            ax.grid(axis="y", alpha=0.3)
+        fig.suptitle(f"{title} ({note})", fontsize=11)
+    else:
+        fig, ax = plt.subplots(figsize=(8.0, 4.4), dpi=100)
+        width = 0.8 / len(allocs)
+        for i, a in enumerate(allocs):
+            xs, sps, ks = [], [], []
+            for j, f in enumerate(figs):
+                if a in f:
+                    xs.append(j - 0.4 + width * (i + 0.5))
+                    sps.append(f[a])
+                    ks.append(scales[j])
+            ax.bar(xs, [sp["median"] * k for sp, k in zip(sps, ks)], width,
+                   yerr=err(sps, ks[0] if ks else 1.0), capsize=2, label=a,
+                   color=plots.COLORS.get(a))
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels([g for g, _ in groups])
+        ax.set_ylabel(f"{ylabel} ({note})")
+        ax.legend(fontsize=8, ncol=len(allocs), loc="lower center",
+                  bbox_to_anchor=(0.5, 1.0), frameon=False)
+        ax.set_title(title, pad=24)
+        ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -435,9 +473,10 @@ def _lines(path: Path, results: Mapping, wl: str, xs: list, panels: list[tuple[s
                 continue
             ax.plot([x for x, _ in pts], [sp["median"] * k for _, sp in pts], marker="o",
                     label=a, color=plots.COLORS.get(a), linewidth=1.4)
-            ax.fill_between([x for x, _ in pts], [sp["min"] * k for _, sp in pts],
-                            [sp["max"] * k for _, sp in pts], color=plots.COLORS.get(a),
-                            alpha=0.15)
+            if any(plots.has_spread(sp) for _, sp in pts):
+                ax.fill_between([x for x, _ in pts], [sp["min"] * k for _, sp in pts],
+                                [sp["max"] * k for _, sp in pts], color=plots.COLORS.get(a),
+                                alpha=0.15)
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs)
         ax.set_xticklabels([str(x) for x in xs])
@@ -446,7 +485,9 @@ def _lines(path: Path, results: Mapping, wl: str, xs: list, panels: list[tuple[s
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle(title)
+    ns = [len(_results(results, wl, a)) for a in allocs]
+    fig.suptitle(f"{title} ({plots.runs_phrase(ns)}"
+                 + (", band: min-max)" if max(ns) > 1 else ")"))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -468,16 +509,21 @@ def _series(path: Path, results: Mapping, wl: str, key: str, ylabel: str, title:
                and isinstance(p[1], (int, float))]
         if not pts:
             continue
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=a, color=plots.COLORS.get(a),
-                linewidth=1.4)
+        xs = [100.0 * (k + 1) / len(pts) for k in range(len(pts))]
+        ax.plot(xs, [p[1] for p in pts], label=a, color=plots.COLORS.get(a),
+                linestyle=plots.LINESTYLES[drawn % len(plots.LINESTYLES)],
+                linewidth=2.0 if a == "strata" else 1.4)
         drawn += 1
     if not drawn:
         plt.close(fig)
         return False
     ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
-    ax.set_xlabel("time (s)")
+    # Sampled at fixed points of the work, the same under every allocator.
+    ax.set_xlabel("progress through the workload (%)")
+    ax.set_xlim(0, 100)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    ns = [len(_results(results, wl, a)) for a in results["config"]["allocators"]]
+    ax.set_title(f"{title} ({'1 run' if max(ns) <= 1 else 'the median-time run of each'})")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)

@@ -76,6 +76,34 @@ def md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+# ---- how many runs stand behind a figure ---------------------------------------------
+
+def workload_runs(results: Mapping) -> dict[str, int]:
+    """{workload: the fewest successful runs any allocator has there}: what a median on
+    that workload's row is a median of."""
+    out = {}
+    for wl, per in results.get("aggregate", {}).items():
+        ns = [c.get("n_ok", 0) for c in per.values() if c.get("n_ok")]
+        if ns:
+            out[wl] = min(ns)
+    return out
+
+
+def runs_of(results: Mapping, wl: str) -> str:
+    """"1 run", "median of 3 runs", ... for one workload's figures."""
+    per = results.get("aggregate", {}).get(wl, {})
+    return plots.runs_phrase([c.get("n_ok", 0) for c in per.values()])
+
+
+def series_x(wl: str, meta: Mapping) -> str:
+    """The x axis of a workload's RSS series: its own record, else the suite's."""
+    if meta.get("series_x"):
+        return meta["series_x"]
+    from .workloads import BY_NAME
+    w = BY_NAME.get(wl)
+    return w.series_x if w is not None else "time"
+
+
 # ---- tables ---------------------------------------------------------------------------
 
 def _med_of(sp: Mapping | None) -> float | None:
@@ -92,8 +120,10 @@ def workload_table(wl: str, results: Mapping) -> str:
     rss = {a: _med_of(agg[a]["peak_rss_kb"]) for a in allocs}
     best_t = min((v for v in times.values() if v is not None), default=None)
     best_r = min((v for v in rss.values() if v is not None), default=None)
-    header = ["allocator", "median time", "spread (min–max)", "ops/s", "p99", "peak RSS",
-              f"time ×{base}", f"RSS ×{base}", "time ×best peer", "RSS ×best peer", "runs ok"]
+    single = all((agg[a]["time_s"] or {}).get("n", 0) <= 1 for a in allocs)
+    header = ["allocator", "time (1 run)" if single else "median time", "spread (min–max)",
+              "ops/s", "p99", "peak RSS", f"time ×{base}", f"RSS ×{base}", "time ×best peer",
+              "RSS ×best peer", "runs ok"]
     rows = []
     for a in allocs:
         c = agg[a]
@@ -114,6 +144,10 @@ def workload_table(wl: str, results: Mapping) -> str:
                      f_ratio(tt.get("vs_best_peer")) if timed else DASH,
                      f_ratio(rr.get("vs_best_peer")),
                      f"{c['n_ok']}/{c['n_runs']}"])
+    if single:      # one run each: no spread to show
+        header.pop(2)
+        for r in rows:
+            r.pop(2)
     note = ""
     if wl in experiments.NAMES:
         note = ("\n\nAn experiment of the jemalloc literature: kept out of the geomeans; "
@@ -144,7 +178,7 @@ def extras_table(wl: str, results: Mapping) -> str:
                  else agg[a]["extras"].get(k))
             row.append(_fmt_extra(k, v))
         rows.append(row)
-    return "Other figures the workload reports (median of rounds):\n\n" + md_table(
+    return f"Other figures the workload reports ({runs_of(results, wl)}):\n\n" + md_table(
         ["allocator", *keys], rows)
 
 
@@ -177,7 +211,7 @@ def memreturn_table(results: Mapping) -> str:
                      f_time(e.get("seconds_to_half")) if e.get("seconds_to_half") is not None
                      and e.get("seconds_to_half") >= 0 else "never",
                      DASH if ret is None else f"{ret:.0f}%"])
-    return ("Memory returned to the OS after the peak (median of rounds; "
+    return (f"Memory returned to the OS after the peak ({runs_of(results, 'wl_memreturn')}; "
             "\"never\": RSS did not fall to half within the sampling window):\n\n" +
             md_table(["allocator", "RSS at peak", "right after free", "at end",
                       "time to half", "returned by end"], rows))
@@ -245,8 +279,9 @@ def redis_section(results: Mapping, cells: Mapping) -> str:
     return (f"redis-benchmark: {cfg.get('requests_per_test')} requests per test and value "
             f"size, key space as large, {cfg.get('clients')} clients, pipeline "
             f"{cfg.get('pipeline')}, server on 127.0.0.1 with the allocator preloaded into "
-            f"it only. Requests per second (median of rounds):\n\n{thr}\n\n"
-            f"Server memory (median of rounds; INFO memory and /proc/PID/status):\n\n{mem}\n\n"
+            f"it only. Requests per second ({runs_of(results, 'redis')}):\n\n{thr}\n\n"
+            f"Server memory ({runs_of(results, 'redis')}; INFO memory and /proc/PID/status):"
+            f"\n\n{mem}\n\n"
             "The glibc row preloads libc.so.6 and the jemalloc row nothing, because "
             "Debian's redis-server links libjemalloc. In the glibc, tcmalloc and mimalloc "
             "rows Redis still calls libjemalloc's mallctl/nallocx for its statistics "
@@ -438,6 +473,23 @@ def standing(results: Mapping) -> str:
 
 # ---- the whole report --------------------------------------------------------------------
 
+def _runs_note(results: Mapping) -> str:
+    """How many runs each workload's figures stand on, grouped: "3 runs: wl_bulk, ...;
+    1 run: wl_churn, ..." (a median where there are several, the one run otherwise)."""
+    by: dict[int, list[str]] = {}
+    for wl, n in workload_runs(results).items():
+        if wl not in experiments.NAMES:
+            by.setdefault(n, []).append(wl)
+    if not by:
+        return "no runs"
+    if len(by) == 1:
+        n = next(iter(by))
+        return "one run each" if n == 1 else f"the median of {n} runs each"
+    parts = [f"{'1 run' if n == 1 else f'median of {n} runs'}: {', '.join(ws)}"
+             for n, ws in sorted(by.items(), reverse=True)]
+    return "; ".join(parts)
+
+
 def summary_rows(results: Mapping) -> tuple[list[str], list[list[str]]]:
     summ = results["summary"]
     base = summ["baseline"]
@@ -476,17 +528,20 @@ def write(out: Path, results: Mapping, draw: bool = True) -> dict:
     pngs: dict[str, str] = {}
     cells = redis_cells(results)
     if plots_on and plots.available():
+        n = workload_runs(results)
         if plots.ratio_bars(out / "time_ratio.png", results["summary"]["time"], allocs, base,
-                            "time"):
+                            "time", n):
             pngs["time"] = "time_ratio.png"
         if plots.ratio_bars(out / "rss_ratio.png", results["summary"]["rss"], allocs, base,
-                            "peak RSS"):
+                            "peak RSS", n):
             pngs["rss"] = "rss_ratio.png"
         for wl, meta in results["workloads"].items():
             if meta.get("series") and plots.rss_series(out / f"rss_{wl}.png", wl,
-                                                       results["runs"], allocs):
+                                                       results["runs"], allocs,
+                                                       series_x(wl, meta)):
                 pngs[f"series:{wl}"] = f"rss_{wl}.png"
-        if cells and plots.redis_memory(out / "redis_memory.png", cells, allocs):
+        if cells and plots.redis_memory(out / "redis_memory.png", cells, allocs,
+                                        n.get("redis", 1)):
             pngs["redis"] = "redis_memory.png"
     elif plots_on:
         notes.append(plots.INSTALL_LINE)
@@ -532,18 +587,19 @@ def write(out: Path, results: Mapping, draw: bool = True) -> dict:
     L.append("## Summary\n")
     header, rows = summary_rows(results)
     L.append(md_table(header, rows))
-    L.append(f"\nRatios are medians relative to {base} on each workload, combined by "
-             "geometric mean over the workloads the allocator (and the baseline) "
-             "completed; below 1 is better. Time is the workload's own measured time; "
-             "peak RSS is the kernel's ru_maxrss of the process (the server for Redis).\n")
+    L.append(f"\nRatios are relative to {base} on each workload ({_runs_note(results)}), "
+             "combined by geometric mean over the workloads the allocator (and the "
+             "baseline) completed; below 1 is better. Time is the workload's own measured "
+             "time; peak RSS is the kernel's ru_maxrss of the process (the server for "
+             "Redis).\n")
     L.append("## Where strata stands\n")
     L.append(standing(results) + "\n")
     exp_sum = experiments.summary(results)
     if exp_sum:
         L.append("### The literature's experiments\n")
-        L.append("Medians of each experiment's headline figure (its section below has the "
-                 "tables, the spread of rounds and a plot; these stay out of the geomeans "
-                 "above):\n\n" + exp_sum + "\n")
+        L.append("Each experiment's headline figure (the median where it ran more than "
+                 "once; its section below has the tables, the spread of its runs and a "
+                 "plot; these stay out of the geomeans above):\n\n" + exp_sum + "\n")
     if "time" in pngs or "rss" in pngs:
         L.append("## Plots\n")
         if "time" in pngs:

@@ -2,7 +2,10 @@
 once, then every workload again), allocators the inner one (A B C D E, A B C D E), so
 repeated runs of one pair are spread over the whole session and slow drift on a shared
 machine hits every allocator alike. Round 1 always runs; with a time budget, a later
-round keeps only the workloads whose measured round cost still fits, cheapest first.
+round keeps the workloads whose rounds are guaranteed (`keep`: the fast ones, whose
+medians the report must be able to show), then those whose remaining rounds still fit
+in what is left of it, cheapest first, so a slow workload gets a second sample only
+when its third fits too.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from .workloads import Workload
 
 class Schedule:
     def __init__(self, workloads: list[Workload], max_rounds: dict[str, int], n_alloc: int,
-                 preset: str, budget_s: float | None = None):
+                 preset: str, budget_s: float | None = None,
+                 keep: dict[str, int] | None = None):
         self.workloads = list(workloads)
         self.max_rounds = dict(max_rounds)     # shrinks when the budget drops a workload
         self.planned = dict(max_rounds)
@@ -21,6 +25,7 @@ class Schedule:
         self.budget_s = budget_s
         self.durations: dict[str, list[float]] = {}
         self.dropped: dict[str, int] = {}      # workload -> first round it lost to the budget
+        self.keep = dict(keep or {})           # workload -> rounds the budget never cuts
 
     def record(self, workload: str, seconds: float) -> None:
         self.durations.setdefault(workload, []).append(seconds)
@@ -40,15 +45,26 @@ class Schedule:
 
     def plan_round(self, rnd: int, elapsed_s: float) -> list[Workload]:
         """Workloads to run in round `rnd`, in suite order. Round 1: all. Later rounds:
-        those with rounds left; under a budget, the cheapest that fit in what is left
-        of it. A workload left out stops there (its rounds stay contiguous)."""
+        those with rounds left; under a budget, cheapest first, those whose remaining
+        rounds (this one to their last) all fit in what is left of it. A workload left
+        out stops there (its rounds stay contiguous)."""
         todo = [w for w in self.workloads if self.max_rounds[w.name] >= rnd]
         if rnd == 1 or self.budget_s is None:
             return todo
         left = self.budget_s - elapsed_s
         keep: set[str] = set()
-        for w in sorted(todo, key=self.round_cost):
-            c = self.round_cost(w)
+
+        def rest(w: Workload) -> float:
+            return self.round_cost(w) * (self.max_rounds[w.name] - rnd + 1)
+
+        for w in todo:
+            if self.keep.get(w.name, 0) >= rnd:
+                keep.add(w.name)
+                left -= self.round_cost(w) * (min(self.keep[w.name],
+                                                  self.max_rounds[w.name]) - rnd + 1)
+        for w in sorted((w for w in todo if w.name not in keep),
+                        key=lambda w: (rest(w), w.name)):
+            c = rest(w)
             if c <= left:
                 keep.add(w.name)
                 left -= c

@@ -222,7 +222,10 @@ def report(results: Mapping, out: Path, draw: bool) -> str:
         L.append("| " + " | ".join(header) + " |")
         L.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
         L += ["| " + " | ".join(r) + " |" for r in rows]
-        L.append("\nMedian of rounds, min–max in brackets.\n")
+        ns = [sp["n"] for per_v in per_a.values() for cell in per_v.values()
+              for sp in cell.values() if isinstance(sp, Mapping) and sp.get("n")]
+        L.append(f"\n{plots.runs_phrase(ns).capitalize()}"
+                 + (", min–max in brackets.\n" if max(ns, default=0) > 1 else ".\n"))
         if draw and _plot(out / f"sweep_{key}_{wl}.png", key, values, wl, per_a):
             L.append(f"![{wl} against {key}](sweep_{key}_{wl}.png)\n")
     fails = [r for r in results["runs"] if r["status"] != "ok"]
@@ -244,9 +247,11 @@ def _plot(path: Path, key: str, values: list[str], wl: str, per_a: Mapping) -> b
             pts = [(x, sp) for x, sp in pts if sp]
             if not pts:
                 continue
+            spread = any(plots.has_spread(sp) for _, sp in pts)
             ax.errorbar([x for x, _ in pts], [sp["median"] * k for _, sp in pts],
                         yerr=[[(sp["median"] - sp["min"]) * k for _, sp in pts],
-                              [(sp["max"] - sp["median"]) * k for _, sp in pts]],
+                              [(sp["max"] - sp["median"]) * k for _, sp in pts]]
+                        if spread else None,
                         marker="o", capsize=3, label=a, color=plots.COLORS.get(a))
         ax.set_xticks(xs)
         ax.set_xticklabels(values)
@@ -255,7 +260,10 @@ def _plot(path: Path, key: str, values: list[str], wl: str, per_a: Mapping) -> b
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"{wl}: time and peak RSS against {key}")
+    ns = [sp["n"] for per_v in per_a.values() for cell in per_v.values()
+          for sp in cell.values() if isinstance(sp, Mapping) and sp.get("n")]
+    fig.suptitle(f"{wl}: time and peak RSS against {key} ({plots.runs_phrase(ns)}"
+                 + (", min-max)" if max(ns, default=0) > 1 else ")"))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

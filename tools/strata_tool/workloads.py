@@ -21,6 +21,12 @@ class Workload:
     est_s: dict = field(default_factory=dict)    # preset -> prior seconds per run
     timed: bool = True        # its time enters the time geomean (not for a timed sampler)
     series: bool = False      # RESULT carries rss_series (RSS-over-time plot)
+    # The series' x axis: "time" (sampled on a clock) or "progress" (sampled at fixed
+    # points of the work, the same under every allocator).
+    series_x: str = "time"
+    # Runs in well under a second: in the default mode the budget never cuts its rounds
+    # (three rounds of all seven cost about 40 s), so its figures are always medians.
+    fast: bool = False
 
     def binary(self, build_dir: Path) -> Path:
         return build_dir / "bench" / self.name
@@ -28,9 +34,10 @@ class Workload:
 
 # Rounds: 3 is the fewest that gives a median and a spread. wl_memreturn samples for
 # 15 s, so it runs once by default; Redis (about 4 s per allocator) twice. The default
-# mode's time budget (bench.DEFAULT_BUDGET) may cut later rounds to stay near 3 minutes.
+# mode's time budget (bench.DEFAULT_BUDGET) cuts the later rounds of the slow workloads
+# first (schedule.py), so the fast ones keep their three.
 _STD_ROUNDS = {"tiny": 1, "default": 3, "full": 5}
-_NEW_ROUNDS = {"tiny": 1, "default": 1, "full": 5}
+_FAST_ROUNDS = {"tiny": 1, "default": 3, "full": 5}
 
 
 def _est(tiny: float, default: float, full: float | None = None) -> dict:
@@ -63,7 +70,7 @@ SUITE: tuple[Workload, ...] = (
     Workload("wl_frag", "binary",
              "long-run fragmentation: rounds of shrinking sizes freeing every other "
              "block; RSS against live bytes",
-             _STD_ROUNDS, _est(0.1, 1.4), series=True),
+             _STD_ROUNDS, _est(0.1, 1.4), series=True, series_x="progress"),
     Workload("wl_pareto", "binary",
              "Pareto-distributed sizes (16 B..1 MiB) with generations of threads "
              "inheriting each other's blocks",
@@ -73,36 +80,36 @@ SUITE: tuple[Workload, ...] = (
              "every 50 ms",
              {"tiny": 1, "default": 1, "full": 3}, _est(1.1, 16.4, 16.4),
              timed=False, series=True),
-    # Issue 10's patterns, where a peer once led: small default presets (about 0.2-1 s
-    # per run) and one round in the default mode, so the default run stays near its
-    # length; --full runs full sizes and 5 rounds, --rounds N any number.
+    # Patterns where a peer once led: small default presets (about 0.1-1 s per run), so
+    # three rounds of all seven cost about 40 s of the default run; --full runs full
+    # sizes and 5 rounds, --rounds N any number.
     Workload("wl_bulk", "binary",
              "bulk: a thread allocates 2K..200K small blocks then frees them all; and "
              "a ring of threads freeing every other block of each other's batches",
-             _NEW_ROUNDS, _est(0.3, 0.6)),
+             _FAST_ROUNDS, fast=True, est_s=_est(0.3, 0.6)),
     Workload("wl_threadwave", "binary",
              "waves of 8 short-lived threads that allocate, hand blocks over through a "
              "shared array, and exit",
-             _NEW_ROUNDS, _est(0.15, 0.5)),
+             _FAST_ROUNDS, fast=True, est_s=_est(0.15, 0.5)),
     Workload("wl_hugeblocks", "binary",
              "blocks of 5..25 MiB allocated, written and freed in a loop, 4 alive",
-             _NEW_ROUNDS, _est(0.15, 0.5)),
+             _FAST_ROUNDS, fast=True, est_s=_est(0.15, 0.5)),
     Workload("wl_nativethreads", "binary",
              "100 threads churning JVM-native-like blocks (Unsafe, direct buffers, zlib "
              "streams); peak RSS of many thread caches",
-             _NEW_ROUNDS, _est(0.1, 0.2)),
+             _FAST_ROUNDS, fast=True, est_s=_est(0.1, 0.2)),
     Workload("wl_xthread", "binary",
              "16 threads, random sizes 16 B..16 KiB passed between threads through a "
              "shared array: almost every free is remote",
-             _NEW_ROUNDS, _est(0.15, 0.4)),
+             _FAST_ROUNDS, fast=True, est_s=_est(0.15, 0.4)),
     Workload("wl_larson", "binary",
              "Larson: threads replace random blocks (16..1000 B) of an array, and a new "
              "thread inherits the array each generation",
-             _NEW_ROUNDS, _est(0.1, 0.3)),
+             _FAST_ROUNDS, fast=True, est_s=_est(0.1, 0.3)),
     Workload("wl_halffree", "binary",
              "half-free: a buffer of 20K blocks, every other one freed and replaced by "
              "the next size class, round after round",
-             _NEW_ROUNDS, _est(0.2, 0.6)),
+             _FAST_ROUNDS, fast=True, est_s=_est(0.2, 0.6)),
     Workload("redis", "redis",
              "Debian's redis-server under redis-benchmark (SET/GET/LPUSH/LPOP, 16 B and "
              "1 KiB values), then INFO memory and FLUSHALL",
@@ -111,15 +118,16 @@ SUITE: tuple[Workload, ...] = (
 
 BY_NAME = {w.name: w for w in SUITE}
 
-# issue 12: the jemalloc literature's experiments (run and reported by experiments.py);
-# kept out of the headline geomeans (timed=False, and experiments.core_only).
+# The jemalloc literature's experiments (run and reported by experiments.py); kept out
+# of the headline geomeans (timed=False, and experiments.core_only), and out of the
+# default run (about 85 s a round): --experiments, --full, or --only NAME runs them.
 EXPERIMENTS: tuple[Workload, ...] = (
     Workload("wl_drift", "binary",
              "a long server run compressed into seconds: the size mix drifts as object "
              "types appear and die out, 2% of the live bytes long-lived; RSS against live "
              "bytes sampled 100 times",
              {"tiny": 1, "default": 1, "full": 3}, _est(0.4, 4.0, 80.0), timed=False,
-             series=True),
+             series=True, series_x="progress"),
     Workload("redis_mixed", "redis_mixed",
              "Redis under a 50:50 SET/GET load on random keys at 16, 64 and 256 clients "
              "(two redis-benchmark processes at once; merged latency distribution)",

@@ -1,4 +1,4 @@
-"""Unit tests of the experiments' harness code (issue 12): redis-benchmark's latency
+"""Unit tests of the experiments' harness code: redis-benchmark's latency
 distribution and its merge, wrk's output, glibc arena heaps in /proc/PID/maps, the
 sweep's option checks, the loopback guard and the server lifecycle (killed on failure),
 and the report tables built from synthetic results."""

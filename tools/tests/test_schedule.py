@@ -38,3 +38,30 @@ def test_eta_counts_the_rest_of_the_round_and_later_rounds():
     assert s.eta(1, todo, 2, 1, 0.0) == 16 + 44
     capped = Schedule(W, {"a": 3, "b": 3, "m": 1}, 2, "default", budget_s=60)
     assert capped.eta(1, capped.plan_round(1, 0), 0, 0, 0.0) == 54 + 6
+
+
+def test_budget_gives_fast_workloads_all_their_rounds_before_a_slow_one_a_second():
+    # After round 1 (54 s), 26 s left: a's two remaining rounds (2 x 2 s) come first; b's
+    # remaining two (2 x 20 s) do not fit, so b stops at one run rather than taking
+    # round 2 and leaving a without round 3.
+    ws = [Workload("a", "binary", "a", {"default": 3}, {"default": 1.0}),
+          Workload("b", "binary", "b", {"default": 3}, {"default": 10.0})]
+    s = Schedule(ws, {"a": 3, "b": 3}, n_alloc=2, preset="default", budget_s=80)
+    s.plan_round(1, 0)
+    for name, d in (("a", 1.0), ("a", 1.0), ("b", 10.0), ("b", 10.0)):
+        s.record(name, d)
+    assert [w.name for w in s.plan_round(2, 54.0)] == ["a"]
+    assert [w.name for w in s.plan_round(3, 58.0)] == ["a"]
+    assert s.max_rounds == {"a": 3, "b": 1}
+
+
+def test_kept_rounds_run_even_when_round_one_spent_the_budget():
+    # Round 1 overran the budget (100 s of 80): "a" is kept for its 3 rounds, "b" stops.
+    ws = [Workload("a", "binary", "a", {"default": 3}, {"default": 1.0}),
+          Workload("b", "binary", "b", {"default": 3}, {"default": 10.0})]
+    s = Schedule(ws, {"a": 3, "b": 3}, n_alloc=2, preset="default", budget_s=80,
+                 keep={"a": 3})
+    s.plan_round(1, 0)
+    assert [w.name for w in s.plan_round(2, 100.0)] == ["a"]
+    assert [w.name for w in s.plan_round(3, 104.0)] == ["a"]
+    assert s.max_rounds == {"a": 3, "b": 1} and s.dropped == {"b": 2}
