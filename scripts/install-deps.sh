@@ -23,6 +23,8 @@ APT_PKGS=(build-essential cmake ninja-build valgrind
            time    # GNU time: the workloads' own peak RSS (see tools/README.md)
           libjemalloc-dev)  # jeprof: the heap profiler's heap_v2 dumps are checked with it
 APT_PKGS+=(prometheus-node-exporter)  # introspection test: scrapes strata's stats_file
+APT_PKGS+=(prometheus)         # promtool: the metric names are linted with `promtool check metrics`
+APT_PKGS+=(systemtap-sdt-dev bpftrace)  # USDT probes (<sys/sdt.h>) and the test that traces them
 # strata bench's experiments (nginx driven by wrk; javac/java for the JVM one).
 APT_PKGS+=(nginx wrk openjdk-17-jdk-headless)
 

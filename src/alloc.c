@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 
 #include "internal.h"
+#include "probes.h"
 
 #define EXPORT __attribute__((visibility("default")))
 /* mremap beats copying from about this size (page-table moves vs a 4 MiB memcpy). */
@@ -302,7 +303,10 @@ static inline __attribute__((always_inline)) void *malloc_general(size_t size) {
   tsd_t *tsd = tsd_fetch();
   szind_t ind = sz_size2index(size);
   void *p = (tsd && ind) ? ialloc(tsd, ind, false, true, NULL) : NULL;
-  if (unlikely(p == NULL)) alloc_oom();
+  if (unlikely(p == NULL)) {
+    PROBE_OOM(size, 0);
+    alloc_oom();
+  }
   return p;
 }
 
@@ -420,7 +424,10 @@ static NOINLINE void *malloc_slow(size_t size) {
        * class 0 (no class: an impossible size) goes on to malloc_general's ENOMEM. */
       if (likely(ind != 0)) {
         p = ialloc(&strata_tsd, ind, false, true, NULL);
-        if (unlikely(p == NULL)) alloc_oom();
+        if (unlikely(p == NULL)) {
+          PROBE_OOM(size, 0);
+          alloc_oom();
+        }
         return p;
       }
     }
@@ -718,7 +725,10 @@ EXPORT void *strata_calloc(size_t n, size_t size) {
   tsd_t *tsd = tsd_fetch();
   szind_t ind = sz_size2index(total);
   void *p = (tsd && ind) ? ialloc(tsd, ind, true, true, NULL) : NULL;
-  if (p == NULL) alloc_oom();
+  if (p == NULL) {
+    PROBE_OOM(total, 0);
+    alloc_oom();
+  }
   if (unlikely(hooks_on())) hook_invoke_alloc(hook_alloc_calloc, p, (uintptr_t)p, n, size, 0);
   return p;
 }
@@ -802,7 +812,10 @@ EXPORT void *strata_realloc(void *p, size_t size) {
   tsd_t *tsd = tsd_fetch();
   size_t old_usize = unlikely(hooks_on()) ? usable_size(p) : 0;
   void *q = tsd ? irealloc(tsd, p, size, 0, false, true, NULL, "realloc") : NULL;
-  if (q == NULL) alloc_oom();
+  if (q == NULL) {
+    PROBE_OOM(size, 0);
+    alloc_oom();
+  }
   if (unlikely(hooks_on())) realloc_hooks(hook_alloc_realloc, p, q, old_usize, size, 0);
   return q;
 }
@@ -831,7 +844,10 @@ EXPORT int strata_posix_memalign(void **memptr, size_t alignment, size_t size) {
   errno = saved;
   if (unlikely(hooks_on()))
     hook_invoke_alloc(hook_alloc_posix_memalign, p, (uintptr_t)(p ? 0 : ENOMEM), (uintptr_t)memptr, alignment, size);
-  if (p == NULL) return ENOMEM;
+  if (p == NULL) {
+    PROBE_OOM(size, alignment);
+    return ENOMEM;
+  }
   *memptr = p;
   return 0;
 }
@@ -842,7 +858,10 @@ EXPORT void *strata_aligned_alloc(size_t alignment, size_t size) {
     return NULL;
   }
   void *p = aligned_common(alignment, size);
-  if (p == NULL) alloc_oom();
+  if (p == NULL) {
+    PROBE_OOM(size, alignment);
+    alloc_oom();
+  }
   if (unlikely(hooks_on())) hook_invoke_alloc(hook_alloc_aligned_alloc, p, (uintptr_t)p, alignment, size, 0);
   return p;
 }
@@ -864,7 +883,10 @@ static void *memalign_impl(size_t alignment, size_t size) {
     alignment = (size_t)1 << (64 - __builtin_clzll(alignment));
   }
   void *p = aligned_common(alignment ? alignment : 1, size);
-  if (p == NULL) alloc_oom();
+  if (p == NULL) {
+    PROBE_OOM(size, alignment);
+    alloc_oom();
+  }
   return p;
 }
 
@@ -1026,7 +1048,10 @@ static void *mallocx_impl(tsd_t *tsd, size_t size, int flags) {
 static NOINLINE void *mallocx_slow(size_t size, int flags) {
   tsd_t *tsd = tsd_fetch();
   void *p = tsd ? mallocx_impl(tsd, size, flags) : NULL;
-  if (unlikely(p == NULL)) alloc_oom();
+  if (unlikely(p == NULL)) {
+    PROBE_OOM(size, FLAG_LG_ALIGN(flags) ? (size_t)1 << FLAG_LG_ALIGN(flags) : 0);
+    alloc_oom();
+  }
   if (unlikely(hooks_on())) hook_invoke_alloc(hook_alloc_mallocx, p, (uintptr_t)p, size, (uintptr_t)flags, 0);
   return p;
 }

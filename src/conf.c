@@ -69,7 +69,7 @@ static const char *const known_keys[] = {
     "narenas", "tcache", "tcache_max", "oversize_threshold", "retain", "arena_spread", "junk", "zero", "abort",
     "abort_conf", "confirm_conf", "dirty_decay_ms", "muzzy_decay_ms", "background_thread",
     "max_background_threads", "thp", "metadata_thp", "limit_headroom", "stats_print", "stats_print_opts",
-    "stats_file", "stats_interval_ms", "stats_metrics_detail", "guard_sample_interval", "commit_limit",
+    "stats_file", "stats_labels", "stats_interval_ms", "stats_metrics_detail", "guard_sample_interval", "commit_limit",
     "tcache_total_max", "prof", "prof_active", "prof_thread_active_init", "lg_prof_sample", "prof_prefix",
     "lg_prof_interval", "prof_gdump", "prof_final", "prof_leak", "prof_accum", "prof_format", "prof_signal",
     "xmalloc", "zero_realloc", "experimental_infallible_new", "prof_leak_error", "stats_interval",
@@ -149,6 +149,48 @@ static const conf_noop_t noop_keys[] = {
 #undef WHY_HPA
 #undef WHY_TC
 #undef WHY_PROF
+/* stats_labels: name=value;name=value (',' and ':' are MALLOC_CONF's own separators).
+ * Names as Prometheus allows, neither the exporter's own (pid, program) nor reserved
+ * (__*), each once; values non-empty and free of what the text format would have to
+ * escape. */
+static bool stats_labels_valid(const char *v, size_t vlen) {
+  if (vlen == 0 || vlen >= sizeof(opt.stats_labels)) return false;
+  size_t i = 0, npairs = 0;
+  const char *names[32];
+  size_t nlens[32];
+  while (i < vlen) {
+    size_t n0 = i;
+    while (i < vlen && v[i] != '=' && v[i] != ';') {
+      char c = v[i];
+      bool ok = c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (i > n0 && c >= '0' && c <= '9');
+      if (!ok) return false;
+      i++;
+    }
+    size_t nlen = i - n0;
+    if (nlen == 0 || i >= vlen || v[i] != '=') return false;
+    if ((nlen == 3 && !memcmp(v + n0, "pid", 3)) || (nlen == 7 && !memcmp(v + n0, "program", 7)) ||
+        (nlen >= 2 && v[n0] == '_' && v[n0 + 1] == '_'))
+      return false;
+    for (size_t k = 0; k < npairs; k++) {
+      if (nlens[k] == nlen && !memcmp(names[k], v + n0, nlen)) return false;
+    }
+    if (npairs == 32) return false;
+    names[npairs] = v + n0;
+    nlens[npairs++] = nlen;
+    size_t v0 = ++i;
+    while (i < vlen && v[i] != ';') {
+      if (v[i] == '"' || v[i] == '\\' || v[i] == '\n') return false;
+      i++;
+    }
+    if (i == v0) return false;
+    if (i < vlen) {
+      i++;
+      if (i == vlen) return false; /* a trailing ';' */
+    }
+  }
+  return true;
+}
+
 static void report_as(const char *what, const char *key, size_t klen, const char *val, size_t vlen,
                       const char *source, const char *label, const char *accepted) {
   char k[64], v[128];
@@ -439,6 +481,16 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
         report("invalid value", k, klen, v, vlen, source,
                file ? "a path of 1 to 255 bytes; %p is replaced by the pid"
                     : "up to 31 of the letters J g m d a b l x e, P (OpenMetrics), T, D");
+        problems++;
+      }
+    } else if (key_is(k, klen, "stats_labels")) {
+      if (stats_labels_valid(v, vlen)) {
+        memcpy(o->stats_labels, v, vlen);
+        o->stats_labels[vlen] = '\0';
+      } else {
+        report("invalid value", k, klen, v, vlen, source,
+               "name=value pairs separated by ';' (at most 255 bytes): names [a-zA-Z_][a-zA-Z0-9_]*, "
+               "not pid, program or __*, each once; values without '\"', '\\' or ';'");
         problems++;
       }
     } else if (key_is(k, klen, "stats_interval_ms")) {

@@ -579,6 +579,9 @@ static const ctl_index_t I_ONE = {idx_one, cnt_one}; /* hpa_shard.nonfull_slabs:
 #define END {.name = NULL}
 #define NKIDS(arr) ((uint16_t)(sizeof(arr) / sizeof(arr[0]) - 1))
 #define DIR(nm, arr) {.name = nm, .kids = arr, .nkids = NKIDS(arr)}
+#define DIR_COMPAT(nm, arr) {.name = nm, .kids = arr, .nkids = NKIDS(arr), .flags = F_COMPAT}
+/* A constant row that is jemalloc's name only (F_COMPAT). */
+#define LEAF_COMPAT(nm, T, addr, hp) {.name = nm, .type = T, .src = S_CONST, .ptr = addr, .help = hp, .flags = F_COMPAT}
 #define IDX(nm, ix, node) {.name = nm, .ikid = &node, .index = &ix}
 #define LEAF_H(nm, T, fn, fl, hp) {.name = nm, .type = T, .src = S_HANDLER, .handler = fn, .flags = fl, .help = hp}
 #define LEAF_C(nm, T, addr, hp) {.name = nm, .type = T, .src = S_CONST, .ptr = addr, .help = hp}
@@ -595,8 +598,8 @@ static const ctl_index_t I_ONE = {idx_one, cnt_one}; /* hpa_shard.nonfull_slabs:
   LEAF_S("num_wait", CT_U64, S, rec, pre num_wait, F_COUNTER, "acquisitions that slept on the futex"), \
   LEAF_S("num_spin_acq", CT_U64, S, rec, pre num_spin_acq, F_COUNTER, "acquisitions that found the lock taken and got it by spinning"), \
   LEAF_S("num_owner_switch", CT_U64, S, rec, pre num_owner_switch, F_COUNTER, "not kept (always 0)"), \
-  LEAF_S("total_wait_time", CT_U64, S, rec, pre total_wait_time, F_COUNTER, "not kept (always 0): timing waits costs the fast paths"), \
-  LEAF_S("max_wait_time", CT_U64, S, rec, pre max_wait_time, 0, "not kept (always 0)"), \
+  LEAF_S("total_wait_time", CT_U64, S, rec, pre total_wait_time, F_COUNTER | F_NS, "not kept (always 0): timing waits costs the fast paths"), \
+  LEAF_S("max_wait_time", CT_U64, S, rec, pre max_wait_time, F_NS, "not kept (always 0)"), \
   LEAF_S("max_num_thds", CT_U32, S, rec, pre max_num_thds, 0, "not kept (always 0)"), END
 #define C F_COUNTER
 #define B F_BYTES
@@ -604,7 +607,8 @@ static const ctl_index_t I_ONE = {idx_one, cnt_one}; /* hpa_shard.nonfull_slabs:
 
 static const char *const version_str = STRATA_VERSION;
 static const char *const str_disabled = "disabled", *const str_empty = "";
-static const char *const opt_spo = opt.stats_print_opts, *const opt_sfile = opt.stats_file;
+static const char *const opt_spo = opt.stats_print_opts, *const opt_sfile = opt.stats_file,
+                        *const opt_slabels = opt.stats_labels;
 static const bool b_true = true, b_false = false;
 #ifdef STRATA_DEBUG
 #define B_DEBUG (&b_true)
@@ -738,6 +742,7 @@ static const ctl_node_t n_opt[] = {
     NOOP_C("lg_san_uaf_align", CT_SSIZE, &i64_m1),
     {.name = "malloc_conf", .kids = n_opt_malloc_conf, .nkids = NKIDS(n_opt_malloc_conf), .flags = F_NOPRINT},
     LEAF_C("stats_file", CT_STR, &opt_sfile, "OpenMetrics textfile (strata)"),
+    LEAF_C("stats_labels", CT_STR, &opt_slabels, "extra labels of stats_file series, name=value;... (strata)"),
     LEAF_C("stats_interval_ms", CT_U64, &opt.stats_interval_ms, "rewrite period of stats_file (strata)"),
     LEAF_C("stats_metrics_detail", CT_BOOL, &opt.stats_metrics_detail, "per-arena and per-class series (strata)"),
     END};
@@ -822,6 +827,7 @@ static const ctl_node_t n_arenas[] = {
 static const ctl_node_t n_prof[] = {
     LEAF_H("active", CT_BOOL, prof_ctl_active, F_NOPRINT, "sampling on"),
     LEAF_H("dump", CT_STR, prof_ctl_dump, F_NOPRINT, "write a heap profile (a path, or NULL for the next default name)"),
+    LEAF_H("dump_request", CT_VOID, prof_ctl_dump_request, F_NOPRINT, "ask the dump thread for the next prof_signal dump, without waiting (strata)"),
     LEAF_H("gdump", CT_BOOL, prof_ctl_gdump, F_NOPRINT, "a dump at each new high-water mark"),
     LEAF_H("reset", CT_SIZE, prof_ctl_reset, F_NOPRINT, "forget every sample (optionally a new lg_sample)"),
     LEAF_H("lg_sample", CT_SIZE, prof_ctl_lg_sample, F_NOPRINT, "mean bytes between samples, log2"),
@@ -858,11 +864,11 @@ static const ctl_node_t n_amutex_fields[] = {MUTEX_ROWS(S_AMUTEX, ctl_mutex_stat
 static const ctl_node_t n_gmutex_fields[] = {MUTEX_ROWS(S_GMUTEX, ctl_mutex_stats_t, )};
 /* stats.arenas.<i>.mutexes.<name>: position = index in ctl_arena_stats_t.mutexes */
 static const ctl_node_t n_amutexes[] = {
-    DIR("extents", n_amutex_fields), DIR("large", n_amutex_fields), DIR("extent_avail", n_amutex_fields),
-    DIR("extents_dirty", n_amutex_fields), DIR("extents_muzzy", n_amutex_fields),
-    DIR("extents_retained", n_amutex_fields), DIR("decay_dirty", n_amutex_fields),
-    DIR("decay_muzzy", n_amutex_fields), DIR("base", n_amutex_fields), DIR("tcache_list", n_amutex_fields),
-    DIR("hpa_shard", n_amutex_fields), DIR("hpa_shard_grow", n_amutex_fields), DIR("hpa_sec", n_amutex_fields),
+    DIR("extents", n_amutex_fields), DIR_COMPAT("large", n_amutex_fields), DIR_COMPAT("extent_avail", n_amutex_fields),
+    DIR_COMPAT("extents_dirty", n_amutex_fields), DIR_COMPAT("extents_muzzy", n_amutex_fields),
+    DIR_COMPAT("extents_retained", n_amutex_fields), DIR_COMPAT("decay_dirty", n_amutex_fields),
+    DIR_COMPAT("decay_muzzy", n_amutex_fields), DIR_COMPAT("base", n_amutex_fields), DIR_COMPAT("tcache_list", n_amutex_fields),
+    DIR_COMPAT("hpa_shard", n_amutex_fields), DIR_COMPAT("hpa_shard_grow", n_amutex_fields), DIR_COMPAT("hpa_sec", n_amutex_fields),
     END};
 _Static_assert(sizeof(amutex_slot) == NKIDS(n_amutexes), "a slot per stats.arenas.<i>.mutexes row");
 /* stats.mutexes.<name>: position = GM_* */
@@ -871,9 +877,9 @@ static const ctl_node_t n_gmutexes[] = {
     DIR("base", n_gmutex_fields), DIR("rtree", n_gmutex_fields),
     DIR("background_thread", n_gmutex_fields), /* bg_lock: creating, toggling, joining the threads */
     DIR("prof", n_gmutex_fields),              /* prof_lock: samples, sampled frees, dumps' copies */
-    DIR("max_per_bg_thd", n_gmutex_fields), DIR("prof_thds_data", n_gmutex_fields),
-    DIR("prof_dump", n_gmutex_fields), DIR("prof_recent_alloc", n_gmutex_fields),
-    DIR("prof_recent_dump", n_gmutex_fields), DIR("prof_stats", n_gmutex_fields),
+    DIR_COMPAT("max_per_bg_thd", n_gmutex_fields), DIR_COMPAT("prof_thds_data", n_gmutex_fields),
+    DIR_COMPAT("prof_dump", n_gmutex_fields), DIR_COMPAT("prof_recent_alloc", n_gmutex_fields),
+    DIR_COMPAT("prof_recent_dump", n_gmutex_fields), DIR_COMPAT("prof_stats", n_gmutex_fields),
     LEAF_H("reset", CT_VOID, h_mutexes_reset, F_NOPRINT, "zero every mutex profile"), END};
 static const ctl_node_t n_sbin_j_kids[] = {
     LEAF_B("nmalloc", CT_U64, nmalloc, C, "regions taken from the bin"),
@@ -916,23 +922,23 @@ static const ctl_node_t n_sext_j = DIR("<j>", n_sext_j_kids);
 static const ctl_node_t n_hpa_slabs[] = {HPA_SLAB_ROWS};
 static const ctl_node_t n_hpa_nonfull_j = DIR("<j>", n_hpa_slabs);
 static const ctl_node_t n_hpa_shard[] = {
-    LEAF_C("sec_bytes", CT_SIZE, &u64_zero, "small extent cache bytes (no HPA: 0)"),
-    LEAF_C("sec_hits", CT_U64, &u64_zero, "no HPA: 0"), LEAF_C("sec_misses", CT_U64, &u64_zero, "no HPA: 0"),
-    LEAF_C("sec_dalloc_noflush", CT_U64, &u64_zero, "no HPA: 0"),
-    LEAF_C("sec_dalloc_flush", CT_U64, &u64_zero, "no HPA: 0"),
-    LEAF_C("sec_overfills", CT_U64, &u64_zero, "no HPA: 0"),
-    LEAF_C("npageslabs", CT_SIZE, &u64_zero, "no HPA: 0"), LEAF_C("nactive", CT_SIZE, &u64_zero, "no HPA: 0"),
-    LEAF_C("ndirty", CT_SIZE, &u64_zero, "no HPA: 0"), LEAF_C("npurge_passes", CT_U64, &u64_zero, "no HPA: 0"),
-    LEAF_C("npurges", CT_U64, &u64_zero, "no HPA: 0"), LEAF_C("nhugifies", CT_U64, &u64_zero, "no HPA: 0"),
-    LEAF_C("nhugify_failures", CT_U64, &u64_zero, "no HPA: 0"),
-    LEAF_C("ndehugifies", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_COMPAT("sec_bytes", CT_SIZE, &u64_zero, "small extent cache bytes (no HPA: 0)"),
+    LEAF_COMPAT("sec_hits", CT_U64, &u64_zero, "no HPA: 0"), LEAF_COMPAT("sec_misses", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_COMPAT("sec_dalloc_noflush", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_COMPAT("sec_dalloc_flush", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_COMPAT("sec_overfills", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_COMPAT("npageslabs", CT_SIZE, &u64_zero, "no HPA: 0"), LEAF_COMPAT("nactive", CT_SIZE, &u64_zero, "no HPA: 0"),
+    LEAF_COMPAT("ndirty", CT_SIZE, &u64_zero, "no HPA: 0"), LEAF_COMPAT("npurge_passes", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_COMPAT("npurges", CT_U64, &u64_zero, "no HPA: 0"), LEAF_COMPAT("nhugifies", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_COMPAT("nhugify_failures", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_COMPAT("ndehugifies", CT_U64, &u64_zero, "no HPA: 0"),
     DIR("slabs", n_hpa_slabs), DIR("full_slabs", n_hpa_slabs), DIR("empty_slabs", n_hpa_slabs),
     IDX("nonfull_slabs", I_ONE, n_hpa_nonfull_j),
     END};
 static const ctl_node_t n_sarena_i_kids[] = {
     LEAF_A("nthreads", CT_UNSIGNED, nthreads, 0, "threads bound"),
     {.name = "uptime", .type = CT_U64, .src = S_ARENA, .off = offsetof(ctl_arena_stats_t, uptime),
-     .help = "nanoseconds since the arena was created", .jname = "uptime_ns"},
+     .flags = F_NS, .help = "time since the arena was created", .jname = "uptime_ns"},
     LEAF_C("dss", CT_STR, &str_disabled, "sbrk precedence"),
     LEAF_A("dirty_decay_ms", CT_SSIZE, dirty_decay_ms, 0, "dirty decay time"),
     LEAF_A("muzzy_decay_ms", CT_SSIZE, muzzy_decay_ms, 0, "muzzy decay time"),
@@ -941,10 +947,10 @@ static const ctl_node_t n_sarena_i_kids[] = {
     LEAF_A("pmuzzy", CT_SIZE, pmuzzy, P, "pages in muzzy extents (MADV_FREE, still counted resident)"),
     LEAF_A("dirty_npurge", CT_U64, dirty_npurge, C, "dirty purge passes"),
     LEAF_A("dirty_nmadvise", CT_U64, dirty_nmadvise, C, "madvise or munmap calls purging dirty pages"),
-    LEAF_A("dirty_purged", CT_U64, dirty_purged, C | P, "dirty pages purged"),
+    LEAF_A("dirty_purged", CT_U64, dirty_purged, C | P, "pages purged from dirty extents"),
     LEAF_A("muzzy_npurge", CT_U64, muzzy_npurge, C, "muzzy purge passes (counted with dirty_npurge)"),
     LEAF_A("muzzy_nmadvise", CT_U64, muzzy_nmadvise, C, "muzzy madvise calls (counted with dirty_nmadvise)"),
-    LEAF_A("muzzy_purged", CT_U64, muzzy_purged, C | P, "muzzy pages purged (counted with dirty_purged)"),
+    LEAF_A("muzzy_purged", CT_U64, muzzy_purged, C | P, "pages purged from muzzy extents (counted with dirty_purged)"),
     DIR("small", n_class_small),
     DIR("large", n_class_large),
     LEAF_A("mapped", CT_SIZE, mapped, B, "bytes mapped, retained excluded"),
@@ -958,15 +964,15 @@ static const ctl_node_t n_sarena_i_kids[] = {
     LEAF_A("abandoned_vm", CT_SIZE, abandoned_vm, B, "leaked address space (none)"),
     LEAF_A("extent_avail", CT_SIZE, extent_avail, 0, "spare extent structures"),
     LEAF_H("name", CT_STR, compat_arena_name, 0, "the arena's name"),
-    LEAF_C("sec_bytes", CT_SIZE, &u64_zero, "jemalloc 5.3.0's name of hpa_sec_bytes: 0"),
-    LEAF_C("hpa_sec_bytes", CT_SIZE, &u64_zero, "no HPA: 0"), LEAF_C("hpa_sec_hits", CT_U64, &u64_zero, "no HPA: 0"),
-    LEAF_C("hpa_sec_misses", CT_U64, &u64_zero, "no HPA: 0"),
-    LEAF_C("hpa_sec_dalloc_noflush", CT_U64, &u64_zero, "no HPA: 0"),
-    LEAF_C("hpa_sec_dalloc_flush", CT_U64, &u64_zero, "no HPA: 0"),
-    LEAF_C("hpa_sec_overfills", CT_U64, &u64_zero, "no HPA: 0"),
-    LEAF_C("metadata_edata", CT_SIZE, &u64_zero, "not kept apart: see base"),
-    LEAF_C("metadata_rtree", CT_SIZE, &u64_zero, "not kept apart: see base"),
-    DIR("hpa_shard", n_hpa_shard),
+    LEAF_COMPAT("sec_bytes", CT_SIZE, &u64_zero, "jemalloc 5.3.0's name of hpa_sec_bytes: 0"),
+    LEAF_COMPAT("hpa_sec_bytes", CT_SIZE, &u64_zero, "no HPA: 0"), LEAF_COMPAT("hpa_sec_hits", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_COMPAT("hpa_sec_misses", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_COMPAT("hpa_sec_dalloc_noflush", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_COMPAT("hpa_sec_dalloc_flush", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_COMPAT("hpa_sec_overfills", CT_U64, &u64_zero, "no HPA: 0"),
+    LEAF_COMPAT("metadata_edata", CT_SIZE, &u64_zero, "not kept apart: see base"),
+    LEAF_COMPAT("metadata_rtree", CT_SIZE, &u64_zero, "not kept apart: see base"),
+    DIR_COMPAT("hpa_shard", n_hpa_shard),
     DIR("mutexes", n_amutexes),
     IDX("bins", I_BIN, n_sbin_j),
     IDX("lextents", I_LEXT, n_slext_j),
@@ -977,7 +983,7 @@ static const ctl_node_t n_sarena_i = DIR("<i>", n_sarena_i_kids);
 static const ctl_node_t n_sbg[] = {
     LEAF_H("num_threads", CT_SIZE, ctl_stats_bg_num_threads, 0, "background threads running"),
     LEAF_H("num_runs", CT_U64, ctl_stats_bg_num_runs, F_COUNTER, "background thread wake-ups"),
-    LEAF_H("run_interval", CT_U64, ctl_stats_bg_run_interval, 0, "mean nanoseconds between wake-ups"),
+    LEAF_H("run_interval", CT_U64, ctl_stats_bg_run_interval, F_NS, "mean time between wake-ups"),
     END};
 static const ctl_node_t n_sguard[] = {
     LEAF_H("allocs", CT_U64, guard_ctl_allocs, F_COUNTER, "guarded allocations made (strata)"),
@@ -990,13 +996,13 @@ static const ctl_node_t n_stats[] = {
     LEAF_G("resident", CT_SIZE, resident, B, "bytes in resident pages"),
     LEAF_G("mapped", CT_SIZE, mapped, B, "bytes mapped, retained excluded"),
     LEAF_G("retained", CT_SIZE, retained, B, "bytes of address space kept without memory"),
-    LEAF_C("metadata_edata", CT_SIZE, &u64_zero, "not kept apart: see metadata"),
-    LEAF_C("metadata_rtree", CT_SIZE, &u64_zero, "not kept apart: see metadata"),
+    LEAF_COMPAT("metadata_edata", CT_SIZE, &u64_zero, "not kept apart: see metadata"),
+    LEAF_COMPAT("metadata_rtree", CT_SIZE, &u64_zero, "not kept apart: see metadata"),
     LEAF_H("zero_reallocs", CT_SIZE, h_zero_reallocs, F_COUNTER, "realloc(p, 0) calls (live)"),
     DIR("background_thread", n_sbg),
     DIR("guard", n_sguard),
     LEAF_H("tcache_bytes", CT_SIZE, tcache_ctl_bytes, F_BYTES, "bytes all thread caches hold, as last published (live, strata)"),
-    LEAF_H("mem_limit", CT_U64, ctl_stats_mem_limit, 0, "cgroup memory limit strata sees, 0 if none (strata)"),
+    LEAF_H("mem_limit", CT_U64, ctl_stats_mem_limit, F_BYTES, "cgroup memory limit strata sees, 0 if none (strata)"),
     LEAF_H("mem_limit_purges", CT_U64, ctl_stats_mem_limit_purges, F_COUNTER, "purges of every arena near the limit (strata)"),
     LEAF_H("soft_limit", CT_U64, ctl_stats_soft_limit, F_BYTES, "soft limit in force, 0 if none (strata)"),
     LEAF_H("hard_limit", CT_U64, ctl_stats_hard_limit, F_BYTES, "hard limit in force, 0 if none (strata)"),

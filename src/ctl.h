@@ -24,6 +24,11 @@ enum { S_HANDLER, S_CONST, S_GLOBAL, S_ARENA, S_BIN, S_LEXT, S_EXT, S_BININFO, S
 #define F_BYTES 2u   /* unit bytes */
 #define F_PAGES 4u   /* unit pages (OpenMetrics converts to bytes) */
 #define F_NOPRINT 8u /* an action or a per-thread value: not in malloc_stats_print */
+#define F_NS 16u     /* unit nanoseconds (OpenMetrics converts to seconds) */
+/* jemalloc's name for something strata lacks or keeps under another name (always 0, or
+ * an alias of another lock): answered by mallctl and printed in JSON for jemalloc's
+ * readers, left out of OpenMetrics, where it would only add series of zeros or copies. */
+#define F_COMPAT 32u
 
 typedef struct ctl_index_s ctl_index_t;
 typedef struct ctl_node_s ctl_node_t;

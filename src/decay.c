@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "probes.h"
 
 _Static_assert(DECAY_STEPS == sizeof(((decay_t *)0)->backlog) / sizeof(size_t), "backlog size");
 /* A free storm may leave this much dirty per arena (a few large blocks' worth for
@@ -389,6 +390,7 @@ size_t limit_purge(void) {
     __atomic_fetch_add(&limit_npurges, 1, __ATOMIC_RELAXED);
   }
   ev_note_resident(res);
+  if (PROBE_ON(strata, limit_purge)) PROBE2(strata, limit_purge, (uint64_t)n * os_page, lim);
   return n;
 }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "probes.h"
 
 _Static_assert(sizeof(edata_t) % 16 == 0, "edata must keep the rtree's low pointer bits free");
 
@@ -934,6 +935,7 @@ size_t extent_purge(arena_t *a, unsigned from, size_t target_pages, bool lazy) {
     }
   }
   if (purged) ev_note_resident(mem_resident()); /* a level crossed downward (events.c) */
+  if (PROBE_ON(strata, purge) && purged) PROBE3(strata, purge, a->ind, (from == ES_DIRTY ? "dirty" : "muzzy"), (uint64_t)purged * os_page);
   return purged;
 }
 
@@ -1035,5 +1037,6 @@ size_t extent_purge_hooked(arena_t *a, extent_hooks_t *h, size_t target_pages) {
       extent_insert_free(a, e, ES_RETAINED);
     }
   }
+  if (PROBE_ON(strata, purge) && purged) PROBE3(strata, purge, a->ind, "dirty", (uint64_t)purged * os_page);
   return purged;
 }

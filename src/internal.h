@@ -827,6 +827,7 @@ typedef struct {
   char stats_print_opts[32];
   char stats_file[256];      /* OpenMetrics textfile; %p is the pid */
   uint64_t stats_interval_ms; /* rewrite period of stats_file */
+  char stats_labels[256];    /* name=value;name=value: extra labels on every stats_file series */
   bool stats_metrics_detail; /* per-arena and per-size-class series */
   int64_t muzzy_decay_ms;    /* 0 (default): dirty pages are purged, never made muzzy */
   bool background_thread;
@@ -1053,6 +1054,7 @@ HIDDEN void prof_boot(void);      /* in strata_init, before tcache_boot */
 HIDDEN int prof_entry_patch(void); /* alloc.c: strata_malloc jumps to malloc_prof; 0 or why not */
 HIDDEN extern int prof_entry_state; /* 1 patched, else 0 or -errno (prof_boot) */
 HIDDEN void prof_boot_late(void); /* after strata is ready: atexit, signal handler */
+HIDDEN void prof_boot_thread(void); /* from a constructor: prof_signal's dump thread */
 HIDDEN void prof_take(size_t usize); /* every allocation but malloc_prof's pops: its bytes */
 HIDDEN bool prof_class_take(tcache_t *tc, szind_t ind); /* malloc_prof's pop left its fast path */
 HIDDEN bool prof_take_record(size_t usize); /* ialloc: counts usize; true: record this one */
@@ -1087,7 +1089,7 @@ HIDDEN ctl_handler_t compat_thread_tcache_max, compat_ncached_max_read, compat_n
     compat_prof_hook, compat_thread_event_hook, compat_prof_recent, prof_ctl_thread_active_init,
     prof_ctl_prefix, prof_ctl_log, compat_utilization_query, compat_utilization_batch_query;
 HIDDEN void compat_postfork_child(void);
-HIDDEN ctl_handler_t prof_ctl_active, prof_ctl_dump, prof_ctl_gdump, prof_ctl_reset, prof_ctl_lg_sample,
+HIDDEN ctl_handler_t prof_ctl_active, prof_ctl_dump, prof_ctl_dump_request, prof_ctl_gdump, prof_ctl_reset, prof_ctl_lg_sample,
     prof_ctl_interval, prof_ctl_thread_name, prof_ctl_thread_active, prof_ctl_opt_prof,
     prof_ctl_opt_prof_active, prof_ctl_opt_thread_active_init, prof_ctl_opt_lg_sample, prof_ctl_opt_prefix,
     prof_ctl_opt_lg_interval, prof_ctl_opt_gdump, prof_ctl_opt_final, prof_ctl_opt_leak, prof_ctl_opt_accum,

@@ -15,6 +15,7 @@
 
 #define OS_PAGE_VARIABLE
 #include "internal.h"
+#include "probes.h"
 
 size_t os_page = 4096;
 unsigned os_lg_page = 12;
@@ -405,6 +406,7 @@ bool mtx_lock_slow(mtx_t *m) { /* mtx_lock made the TSan pre-lock annotation */
         m->n_lock_ops++;
         m->n_spin++;
         MTX_TSAN(__tsan_mutex_post_lock(m, 0, 0));
+        if (PROBE_ON(strata, lock_wait)) PROBE2(strata, lock_wait, m, 0);
         return true;
       }
     }
@@ -413,6 +415,7 @@ bool mtx_lock_slow(mtx_t *m) { /* mtx_lock made the TSan pre-lock annotation */
   m->n_lock_ops++;
   m->n_wait++;
   MTX_TSAN(__tsan_mutex_post_lock(m, 0, 0));
+  if (PROBE_ON(strata, lock_wait)) PROBE2(strata, lock_wait, m, 1);
   return true;
 }
 void mtx_wake(mtx_t *m) { mtx_futex(&m->word, FUTEX_WAKE, 1); }

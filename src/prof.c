@@ -37,6 +37,7 @@
 #include <linux/futex.h>
 
 #include "internal.h"
+#include "probes.h"
 
 prof_opt_t prof_opt = {
     .prof = false,
@@ -248,6 +249,13 @@ void prof_free_hook(void) { /* called from idalloc, outside strata: may malloc *
   if (__atomic_exchange_n(&prof_want_thread, false, __ATOMIC_ACQ_REL)) dump_thread_start();
 }
 
+/* Whether a sampling point is recorded: prof.active, or a tracer attached to
+ * otel_memory:alloc (its semaphore is raised while it is), so that attaching turns the
+ * sampler on at run time whatever prof_active says. */
+static inline bool sampling_wanted(void) {
+  return __atomic_load_n(&prof_active_now, __ATOMIC_RELAXED) || PROBE_ON(otel_memory, alloc);
+}
+
 /* The countdown spends usize bytes; true when this allocation holds the sampling point
  * (jemalloc's decision: the countdown reaches zero within its bytes), after which a new
  * exponential interval starts at its end. */
@@ -261,7 +269,7 @@ static bool cd_take(prof_tdata_t *td, size_t usize) {
   }
   interval_note(td->cdlen);
   cd_set((int64_t)(td->cdlen = draw_interval(td)));
-  td->pending = !td->busy && td->active && __atomic_load_n(&prof_active_now, __ATOMIC_RELAXED);
+  td->pending = !td->busy && td->active && sampling_wanted();
   return true;
 }
 
@@ -313,7 +321,7 @@ bool prof_class_take(tcache_t *tc, szind_t ind) {
   tc->prof_nm_off[ind] = n + k;
   b->nmalloc = (uint64_t)0 - k; /* the k-th pop from now reaches 0 */
   __atomic_store_n(&tc->prof_nm_gen, g + 2, __ATOMIC_RELEASE);
-  if (hit) td->pending = !td->busy && td->active && __atomic_load_n(&prof_active_now, __ATOMIC_RELAXED);
+  if (hit) td->pending = !td->busy && td->active && sampling_wanted();
   return hit;
 }
 
@@ -532,7 +540,10 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
   sassert(tsd->reentrant);
   (void)tsd;
   td->busy = true;
-  unsigned n = strata_backtrace(frames, PROF_DEPTH);
+  /* Sampled for a tracer only (prof.active off): it unwinds the stack itself, at the
+   * probe; the record keeps an empty stack, for the free probe and the statistics. */
+  unsigned n = __atomic_load_n(&prof_active_now, __ATOMIC_RELAXED) ? strata_backtrace(frames, PROF_DEPTH) : 0;
+  bool recorded = false;
   double rate = (double)sample_mean();
   double w = 1.0 / prof_one_minus_exp_neg((double)usize / rate);
   edata_t *ed = rt_edata(rtree_read((uintptr_t)p));
@@ -568,6 +579,7 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
     st->w_acc_objs += w;
     st->w_acc_bytes += w * (double)usize;
     live_w_bytes += w * (double)usize;
+    recorded = true;
     if (!old) __atomic_add_fetch(&ed->prof_nsampled, 1, __ATOMIC_RELAXED);
     gran_poison(ed, (uintptr_t)p);
     if (live_w_bytes > live_w_peak) {
@@ -579,6 +591,9 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
     gran_restore(ed, (uintptr_t)p);
   }
   mtx_unlock(&prof_lock);
+  /* weight: the bytes this sample stands for (w samples' worth of usize), as
+   * OpenTelemetry's contract asks (nsamples * interval, the same unbiased estimate). */
+  if (recorded && PROBE_ON(otel_memory, alloc)) PROBE3(otel_memory, alloc, p, usize, (uint64_t)(w * (double)usize));
   if (gdump) __atomic_or_fetch(&dump_req, REQ_GDUMP, __ATOMIC_RELEASE);
   td->busy = false;
   if (__atomic_load_n(&dump_req, __ATOMIC_ACQUIRE)) {
@@ -603,6 +618,7 @@ bool prof_free_sampled(tsd_t *tsd, void *p, edata_t *ed) {
     gran_restore(ed, (uintptr_t)p);
   }
   mtx_unlock(&prof_lock);
+  if (e && PROBE_ON(otel_memory, free)) PROBE1(otel_memory, free, p);
   tsd->reentrant = 0;
   return false;
 }
@@ -772,6 +788,32 @@ static void dump_thread_start(void) {
   pthread_attr_destroy(&at);
 }
 
+/* Every prof.* name except opt.* needs opt.prof, as in jemalloc (ENOENT otherwise). */
+#define NEED_PROF() \
+  do { \
+    if (!strata_ready && strata_init()) return EAGAIN; \
+    if (!prof_on) return ENOENT; \
+  } while (0)
+
+/* prof_signal: the dump thread is started when the library loads (metrics.c's
+ * constructor, never inside a malloc call), so a signal dumps at once even in a process
+ * that makes no more allocator calls; the handler only sets a bit and wakes the futex,
+ * both async-signal-safe. A forked child starts its thread at its first allocator call. */
+void prof_boot_thread(void) {
+  if (prof_on && prof_opt.signal) dump_thread_start();
+}
+
+/* prof.dump_request (strata): the same request as prof_signal, from code: the dump
+ * thread writes the next 'm' dump and the caller does not wait for it. */
+int prof_ctl_dump_request(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
+  (void)mib, (void)miblen, (void)oldlenp, (void)newp, (void)newlen;
+  NEED_PROF();
+  if (oldp != NULL) return EPERM; /* write-only */
+  __atomic_or_fetch(&dump_req, REQ_SIGNAL, __ATOMIC_RELEASE);
+  dump_thread_start();
+  return __atomic_load_n(&dump_thread_started, __ATOMIC_ACQUIRE) ? 0 : EAGAIN;
+}
+
 static void signal_handler(int sig) {
   (void)sig;
   int saved = errno;
@@ -848,7 +890,7 @@ void prof_postfork(bool child) {
     mtx_init(&prof_dump_lock);
     /* The dump thread is not in the child: the next request starts one. */
     __atomic_store_n(&dump_thread_started, false, __ATOMIC_RELEASE);
-    if (__atomic_load_n(&dump_req, __ATOMIC_RELAXED)) want_thread();
+    if (__atomic_load_n(&dump_req, __ATOMIC_RELAXED) || prof_opt.signal) want_thread();
     dump_seq = dump_mseq = dump_iseq = dump_useq = 0;
     /* Only this thread lives on: the others' records stay while their samples do. */
     for (prof_thr_t *t = thr_all; t; t = t->next) t->dead |= t != prof_td.thr;
@@ -877,12 +919,6 @@ static int rw_bool(bool *var, void *oldp, size_t *oldlenp, void *newp, size_t ne
     if ((newp) != NULL) return EPERM; \
   } while (0)
 
-/* Every prof.* name except opt.* needs opt.prof, as in jemalloc (ENOENT otherwise). */
-#define NEED_PROF() \
-  do { \
-    if (!strata_ready && strata_init()) return EAGAIN; \
-    if (!prof_on) return ENOENT; \
-  } while (0)
 
 int prof_ctl_active(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
   (void)mib, (void)miblen;

@@ -2,9 +2,10 @@
  * introspection_probe.c - a program that does not link strata: run under LD_PRELOAD of
  * strata or of libjemalloc2, it allocates from two threads and prints
  * malloc_stats_print(opts) to stdout (argv[1]), or with "sleep MS" keeps allocating for MS
- * milliseconds (for the stats_file exporter).
+ * milliseconds (for the stats_file exporter; SIGTERM ends it early through a normal exit).
  */
 #include <dlfcn.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,9 @@
 #include <time.h>
 
 static void *main_array;
+static volatile sig_atomic_t stop;
+
+static void on_term(int sig) { (void)sig; stop = 1; }
 
 static void *work(void *arg)
 {
@@ -39,7 +43,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < 2000; i += 2) free(a[i]);
     if (argc > 2 && strcmp(argv[1], "sleep") == 0) {
         struct timespec ts = {0, 10 * 1000000};
-        for (int ms = atoi(argv[2]); ms > 0; ms -= 10) {
+        signal(SIGTERM, on_term);
+        for (int ms = atoi(argv[2]); ms > 0 && !stop; ms -= 10) {
             free(malloc(1000));
             nanosleep(&ts, NULL);
         }

@@ -28,9 +28,12 @@ typedef struct {
 } both_t;
 
 static volatile int modes = 2;
-/* Both unwinders from one call site: mode 1 (libgcc) first, then 0 (fast). */
+/* Both unwinders from one call site: mode 1 (libgcc) first, then 0 (fast). The loop must
+ * stay a loop: at -O3 GCC unrolls it into two calls, whose return addresses (frame 2)
+ * differ by the distance between them although both unwinders are right. */
 static __attribute__((noinline)) int take_both(void *arg) {
   both_t *b = arg;
+#pragma GCC unroll 1
   for (int m = modes - 1; m >= 0; m--) b->n[m] = strata_backtrace_mode(b->f[m], MAXF, m);
   return (int)b->n[0];
 }
@@ -77,6 +80,7 @@ static uintptr_t short_f[2][8];
 static unsigned short_n[2];
 static __attribute__((noinline)) int take_short(void *arg) {
   (void)arg;
+#pragma GCC unroll 1
   for (int m = modes - 1; m >= 0; m--) short_n[m] = strata_backtrace_mode(short_f[m], 8, m);
   return 0;
 }

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import __version__, bench, launch, prof, statsview
+from . import __version__, bench, launch, prof, serve, statsview, trace
 from .errors import Failure, Parser, UsageError
 
 # (name, module, one-line help). Each module exposes add_arguments(parser).
@@ -23,6 +23,8 @@ SUBCOMMANDS = (
     ("run", launch, "run a command with strata preloaded and the given options"),
     ("stats", statsview, "read strata's statistics: show FILE, diff A B, watch -- CMD"),
     ("prof", prof, "heap profiles: record a program, top, flame graph, diff two dumps, leaks"),
+    ("serve", serve, "HTTP sidecar: /metrics and /debug/pprof/heap for running strata processes"),
+    ("trace", trace, "live sampled allocations of a process by stack (USDT probes, bpftrace)"),
 )
 
 

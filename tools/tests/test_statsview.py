@@ -2,8 +2,10 @@
 end-to-end run that makes strata write its stats file."""
 
 import json
+import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -53,13 +55,25 @@ def test_strata_run_writes_the_stats_file(build_dir, tmp_path):
     if not lib.exists():
         pytest.skip(f"no {lib}")
     out = tmp_path / "s-%p.prom"
-    r = subprocess.run([sys.executable, "-m", "strata_tool", "run", "--lib", str(lib), "--stats-file", str(out),
-                        "--", sys.executable, "-c", "x = [bytearray(1000) for _ in range(1000)]"],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    files = list(tmp_path.glob("s-*.prom"))
+    # The file lives as long as the process: read it while the program runs; a normal
+    # exit removes it.
+    p = subprocess.Popen([sys.executable, "-m", "strata_tool", "run", "--lib", str(lib), "--stats-file", str(out),
+                          "--conf", "stats_interval_ms:50", "--", sys.executable, "-c",
+                          "import time; x = [bytearray(1000) for _ in range(1000)]; time.sleep(1.5)"],
+                         stderr=subprocess.PIPE, text=True)
+    files = []
+    deadline = time.time() + 30
+    while time.time() < deadline and p.poll() is None:
+        files = list(tmp_path.glob("s-*.prom"))
+        if files and statsview.summarize(files[0]).get("allocated", 0) > 1e6:
+            break
+        time.sleep(0.05)
     assert len(files) == 1, files
     assert statsview.summarize(files[0])["allocated"] > 1e6
+    shutil.copy(files[0], tmp_path / "copy.prom")
+    assert p.wait(timeout=60) == 0, p.stderr.read()
+    assert not list(tmp_path.glob("s-*.prom"))  # removed at exit
+    files = [tmp_path / "copy.prom"]
     r = subprocess.run([sys.executable, "-m", "strata_tool", "stats", "show", str(files[0])],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "allocated" in r.stdout
