@@ -2,7 +2,7 @@
 //! allocator (`src/bin/*.rs`): `json` (serde_json parse and serialise of a large
 //! document), `hashmap` (threads each build and drop a `HashMap<String, Vec<u64>>`),
 //! `channel` (a pipeline of threads passing boxed messages, freed by another thread).
-//! Each run prints one JSON line: allocator, workload, seconds, peak RSS in KiB.
+//! Each run prints one JSON line: allocator, workload, seconds, peak RSS (VmHWM) in KiB.
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -36,6 +36,11 @@ impl Rng {
         self.0 ^= self.0 << 17;
         self.0
     }
+    /// A word of `min` to `min + span - 1` letters.
+    fn word_of(&mut self, min: usize, span: u64) -> String {
+        let len = min + (self.next() % span) as usize;
+        self.word(len)
+    }
     fn word(&mut self, len: usize) -> String {
         (0..len).map(|_| (b'a' + (self.next() % 26) as u8) as char).collect()
     }
@@ -49,9 +54,9 @@ fn document(n: usize) -> String {
             let ns = (r.next() % 12) as usize;
             Record {
                 id,
-                name: r.word(5 + (r.next() % 15) as usize),
+                name: r.word_of(5, 15),
                 email: format!("{}@{}.example", r.word(8), r.word(6)),
-                tags: (0..nt).map(|_| r.word(3 + (r.next() % 8) as usize)).collect(),
+                tags: (0..nt).map(|_| r.word_of(3, 8)).collect(),
                 scores: (0..ns).map(|_| (r.next() % 10_000) as f64 / 7.0).collect(),
                 address: Address { street: r.word(20), city: r.word(9), zip: format!("{:05}", r.next() % 100_000) },
                 active: r.next() % 2 == 0,
@@ -137,21 +142,16 @@ fn channel(messages: u64) -> u64 {
     sum
 }
 
+/// VmHWM, the peak of this program's own address space. (getrusage's ru_maxrss would
+/// also count the parent's RSS when it forked this process: Linux keeps the larger of the
+/// two across exec.)
 fn peak_rss_kib() -> u64 {
-    let mut ru: libc_rusage = unsafe { std::mem::zeroed() };
-    unsafe { getrusage(0, &mut ru) };
-    ru.ru_maxrss as u64
-}
-
-#[repr(C)]
-struct libc_rusage {
-    ru_utime: [i64; 2],
-    ru_stime: [i64; 2],
-    ru_maxrss: i64,
-    rest: [i64; 13],
-}
-extern "C" {
-    fn getrusage(who: i32, usage: *mut libc_rusage) -> i32;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// Runs the workload named by the first argument and prints the result line.
