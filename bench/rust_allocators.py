@@ -72,6 +72,7 @@ def main():
     if not a.no_build:
         subprocess.run(["cargo", "build", "--release", "-p", "strata-rust-bench"], cwd=RUST, check=True)
     res = {(al, w): [] for al in ALLOCATORS for w in WORKLOADS}
+    load = [os.getloadavg()[0]]
     rng = random.Random(1)
     for r in range(a.rounds):
         for w in WORKLOADS:
@@ -79,7 +80,8 @@ def main():
             rng.shuffle(order)  # no allocator always runs first (cold caches) or last
             for al in order:
                 res[(al, w)].append(run_one(al, w))
-        print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
+        load.append(os.getloadavg()[0])
+        print(f"round {r + 1}/{a.rounds} done (load {load[-1]:.1f})", file=sys.stderr)
     checks = {w: {res[(al, w)][0]["check"] for al in ALLOCATORS} for w in WORKLOADS}
     for w, c in checks.items():
         if len(c) != 1:
@@ -102,9 +104,12 @@ def main():
         f"{a.rounds}` (builds `rust/bench` in release mode, then writes this file).",
         "",
         f"Machine: {os.cpu_count()} CPUs, {platform.machine()}, Linux {platform.release()}; {rustc}.",
-        "The machine was shared with other jobs while this ran (load above its CPU count): single",
-        "runs vary by 20% and more, which is why the figures are medians of interleaved rounds;",
-        "differences under about 10% are within the noise.",
+        f"Load average (1 min) during the run: {min(load):.1f} to {max(load):.1f}, median "
+        f"{statistics.median(load):.1f}, on {os.cpu_count()} CPUs.",
+        "With load above the CPU count (other jobs sharing the machine), single runs vary by 20%",
+        "and more, which is why the figures are medians of interleaved rounds; read differences",
+        "under about 15% as noise there, and the multi-threaded programs (hashmap: 4 threads,",
+        "channel: 3) as measuring allocators under CPU contention.",
         "",
         "Crates: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) + " (mimalloc with its",
         "default features, i.e. its current default line; tikv-jemallocator with its defaults, prefixed",
@@ -134,7 +139,7 @@ def main():
     with open(a.out, "w") as f:
         f.write(text)
     with open(os.path.splitext(a.out)[0] + ".json", "w") as f:
-        json.dump({"rounds": a.rounds, "crates": versions, "rustc": rustc,
+        json.dump({"rounds": a.rounds, "crates": versions, "rustc": rustc, "loadavg": load,
                    "runs": [x for v in res.values() for x in v]}, f, indent=1)
         f.write("\n")
     print(text)
