@@ -11,12 +11,15 @@ use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-const SOURCES: &[&str] = &[
-    "os.c", "meta.c", "rtree.c", "sizeclass.c", "extent.c", "slab.c", "arena.c", "decay.c",
-    "tcache.c", "conf.c", "ctl.c", "stats.c", "metrics.c", "init.c", "alloc.c", "report.c",
-    "newdelete.c", "ehooks.c", "arenas_user.c", "background.c", "guard.c", "prof.c",
-    "prof_dump.c", "backtrace.c",
-];
+/// Every C file of src/ is part of the library (CMakeLists.txt's STRATA_SOURCES lists them
+/// all); taking the directory's list keeps this build in step when a file is added.
+fn sources(src: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(src)
+        .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.extension().map_or(false, |x| x == "c")).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
 
 fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap());
@@ -50,23 +53,21 @@ fn main() {
 }
 
 fn build_from_source(src: &Path, include: &Path) {
-    for f in SOURCES {
-        let p = src.join(f);
-        if !p.exists() {
-            panic!(
-                "strata-sys: {} is missing; in a checkout, c_src links to the repository's src/ \
-                 (clone with symlinks enabled), or set STRATA_OVERRIDE to a prebuilt libstrata.a",
-                p.display()
-            );
-        }
+    let files = sources(src);
+    if !files.iter().any(|p| p.ends_with("alloc.c")) {
+        panic!(
+            "strata-sys: no C sources in {}; in a checkout, c_src links to the repository's src/ \
+             (clone with symlinks enabled), or set STRATA_OVERRIDE to a prebuilt libstrata.a",
+            src.display()
+        );
     }
     println!("cargo:rerun-if-changed={}", src.display());
     println!("cargo:rerun-if-changed={}", include.display());
-    for f in SOURCES.iter().map(|f| src.join(f)).chain(headers(src)).chain(headers(include)) {
+    for f in files.iter().cloned().chain(headers(src)).chain(headers(include)) {
         println!("cargo:rerun-if-changed={}", f.display());
     }
     let mut b = cc::Build::new();
-    b.files(SOURCES.iter().map(|f| src.join(f)))
+    b.files(&files)
         .include(include)
         .include(include.join("strata"))
         .include(src)
