@@ -2,8 +2,9 @@
 # test.sh - the README's test command. Installs what the tests need, builds strata
 # (release build with tests and benchmarks) in build/, runs the whole ctest suite, then
 # builds the prefixed configuration under ThreadSanitizer and AddressSanitizer+UBSan and
-# runs the tests labelled "prefixed" there, and the unit tests in the Release, Debug and
-# MinSizeRel builds (scripts/test-build-types.sh). Exits non-zero if anything fails.
+# runs the tests labelled "prefixed" there, the unit tests in the Release, Debug and
+# MinSizeRel builds (scripts/test-build-types.sh), then the Rust crates' tests
+# (rust/test.sh). Exits non-zero if anything fails.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -13,6 +14,9 @@ status=0
 (cd build && ctest --output-on-failure -j "$(nproc)") || status=1
 bash scripts/sanitize.sh "$root" || status=1
 bash scripts/test-build-types.sh || status=1
+# The Rust crates (rust/): cargo test, then the packaged crates built from a clean
+# directory, STRATA_OVERRIDE among them with build/libstrata.a.
+bash rust/test.sh || status=1
 # libFuzzer targets, 30 s each with a fixed seed, so CI replays what was explored here
 # (exit 77: clang/libFuzzer missing, reported and skipped).
 rc=0; FUZZ_SEED=${FUZZ_SEED:-1} bash scripts/fuzz.sh "${FUZZ_SECONDS:-30}" || rc=$?

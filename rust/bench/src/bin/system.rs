@@ -1,0 +1,3 @@
+fn main() {
+    strata_rust_bench::main_with("system");
+}
