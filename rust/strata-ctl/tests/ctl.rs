@@ -142,15 +142,17 @@ fn constant_facts() {
 #[test]
 fn background_threads_start_and_stop() {
     let _g = lock();
-    assert!(!background_thread::read().unwrap());
+    // On by default (threads start lazily, once there are pages to decay).
+    assert!(background_thread::read().unwrap());
     assert!(max_background_threads::read().unwrap() >= 1);
+    background_thread::write(false).unwrap();
+    assert!(!background_thread::read().unwrap());
+    epoch::advance().unwrap();
+    assert_eq!(stats::background_thread::num_threads::read().unwrap(), 0);
     background_thread::write(true).unwrap();
     assert!(background_thread::read().unwrap());
     epoch::advance().unwrap();
     assert!(stats::background_thread::num_threads::read().unwrap() >= 1);
-    background_thread::write(false).unwrap();
-    epoch::advance().unwrap();
-    assert_eq!(stats::background_thread::num_threads::read().unwrap(), 0);
 }
 
 #[test]
@@ -343,7 +345,7 @@ fn child_reads_options() {
     assert!(!opt::prof::read().unwrap());
     assert!(!opt::zero::read().unwrap());
     assert!(!opt::abort::read().unwrap() && !opt::abort_conf::read().unwrap());
-    assert!(!opt::background_thread::read().unwrap());
+    assert!(opt::background_thread::read().unwrap()); // on by default
     assert!(opt::max_background_threads::read().unwrap() >= 1);
     assert!(opt::oversize_threshold::read().unwrap() > 0);
     assert_eq!(opt::muzzy_decay_ms::read().unwrap(), 0);
