@@ -8,7 +8,7 @@
 //! `malloc`, `free`, ... so C and C++ code in the program allocates from strata as well.
 //!
 //! Configuration is read at start from, in order (later wins): the built-in string
-//! (`STRATA_SYS_WITH_MALLOC_CONF` at build time, as the program's `malloc_conf`),
+//! (`STRATA_SYS_WITH_MALLOC_CONF` at build time, as `strata_malloc_conf`),
 //! `/etc/strata.conf`, then the `STRATA_CONF` and `MALLOC_CONF` environment variables.
 //! Prefixed or not, the variables keep these names.
 #![no_std]
