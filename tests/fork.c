@@ -7,6 +7,13 @@
 #define _GNU_SOURCE
 #include "strata_names.h"
 
+/* TSan cannot start a thread in the child of a multi-threaded fork ("starting new threads
+ * after multi-threaded fork is not supported"), and strata starts its background thread in
+ * a child once the child has pages to decay: the TSan build runs without it. */
+#if defined(__SANITIZE_THREAD__)
+const char *malloc_conf = "background_thread:false";
+#endif
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/wait.h>

@@ -13,7 +13,14 @@
 #include <stdatomic.h>
 #include <sys/stat.h>
 
+/* TSan cannot start a thread in the child of a multi-threaded fork ("starting new threads
+ * after multi-threaded fork is not supported"), and strata starts its background thread in
+ * a child once the child has pages to decay: the TSan build runs without it. */
+#if defined(__SANITIZE_THREAD__)
+const char *malloc_conf = "prof:true,lg_prof_sample:10,prof_prefix:/tmp/strata-prof-stress,background_thread:false";
+#else
 const char *malloc_conf = "prof:true,lg_prof_sample:10,prof_prefix:/tmp/strata-prof-stress";
+#endif
 
 extern char __executable_start, etext;
 static bool in_test_program(unsigned long a) {
