@@ -191,7 +191,8 @@ void sz_malloc_divert(bool divert) {
   __atomic_store_n(&malloc_divert, divert || prof_on, __ATOMIC_RELEASE);
   if (prof_on) return;
   for (size_t s = 0; s <= SZ_MALLOC_FAST_MAX; s += 8) {
-    uint8_t c = divert ? 0 : s <= SZ_LOOKUP_MAX ? sz_lookup[s >> 3] : (uint8_t)SZ_MALLOC_FAST_IND;
-    __atomic_store_n(&sz_malloc_lookup[s >> 3], c, __ATOMIC_RELAXED);
+    /* malloc's table holds the bin's byte offset (class x TBIN_SIZE), as sz_init writes it */
+    szind_t c = divert ? 0 : s <= SZ_LOOKUP_MAX ? sz_lookup[s >> 3] : SZ_MALLOC_FAST_IND;
+    __atomic_store_n(&sz_malloc_lookup[s >> 3], (uint16_t)(c * TBIN_SIZE), __ATOMIC_RELAXED);
   }
 }

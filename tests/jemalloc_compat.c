@@ -175,6 +175,14 @@ TEST(test_experimental_hooks_are_called_and_removed)
     CHECK(seen.nalloc == na && seen.ndalloc == nd, "hooks called after remove");
     /* a removed handle is no handle */
     CHECK_EQ(mallctl("experimental.hooks.remove", NULL, NULL, &handle, sizeof handle), EINVAL);
+    /* Removing the last hook gives malloc its size table back as it was: every size gets a
+     * block of its own class again (a table refilled in other units hands out other bins). */
+    for (size_t n = 1; n <= 16384; n += 7) {
+        void *q = malloc(n);
+        CHECK(q != NULL && malloc_usable_size(q) >= n && malloc_usable_size(q) < 2 * n + 16,
+              "malloc(%zu) after the hooks went: usable %zu", n, q ? malloc_usable_size(q) : 0);
+        free(q);
+    }
     /* four at most, as jemalloc */
     void *hs[5];
     int ok = 0;
