@@ -32,10 +32,15 @@ fn a_64_mib_allocation_moves_allocated_active_mapped_resident() {
     let mut v = vec![1u8; MIB64]; // written: resident too
     v[MIB64 - 1] = 2;
     let s1 = Stats::read().unwrap();
-    assert!(s1.allocated >= s0.allocated + MIB64, "{s0:?} -> {s1:?}");
-    assert!(s1.active >= s0.active + MIB64, "{s0:?} -> {s1:?}");
-    assert!(s1.mapped >= s0.mapped + MIB64, "{s0:?} -> {s1:?}");
-    assert!(s1.resident >= s0.resident + MIB64, "{s0:?} -> {s1:?}");
+    // Other tests run on other threads meanwhile (only some take the lock) and free what
+    // they allocated: the figures may move by their few blocks besides the 64 MiB.
+    const SLACK: usize = 1 << 20;
+    assert!(s1.allocated + SLACK >= s0.allocated + MIB64, "{s0:?} -> {s1:?}");
+    assert!(s1.active + SLACK >= s0.active + MIB64, "{s0:?} -> {s1:?}");
+    // Mapped and resident pages cover the new active ones; they grow by less than 64 MiB
+    // where the allocation reuses dirty pages that were already mapped and resident.
+    assert!(s1.mapped + SLACK >= s0.active + MIB64, "{s0:?} -> {s1:?}");
+    assert!(s1.resident + SLACK >= s0.active + MIB64, "{s0:?} -> {s1:?}");
     // The typed reads and the MIB reads see the same snapshot.
     assert_eq!(stats::allocated::mib().unwrap().read().unwrap(), s1.allocated);
     assert_eq!(stats::active::mib().unwrap().read().unwrap(), s1.active);
