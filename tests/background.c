@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "strata_names.h"
+#include "mallctl_read.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -33,32 +34,6 @@ static unsigned n_arenas(void)
     size_t sz = sizeof n;
     CHECK(mallctl("arenas.narenas", &n, &sz, NULL, 0) == 0);
     return n - 1;
-}
-
-static size_t read_size(const char *name)
-{
-    size_t v = 0, sz = sizeof v;
-    int err = mallctl(name, &v, &sz, NULL, 0);
-    CHECK(err == 0, "mallctl(%s) = %d", name, err);
-    return v;
-}
-
-static uint64_t read_u64(const char *name)
-{
-    uint64_t v = 0;
-    size_t sz = sizeof v;
-    int err = mallctl(name, &v, &sz, NULL, 0);
-    CHECK(err == 0, "mallctl(%s) = %d", name, err);
-    return v;
-}
-
-static bool read_bool(const char *name)
-{
-    bool v = false;
-    size_t sz = sizeof v;
-    int err = mallctl(name, &v, &sz, NULL, 0);
-    CHECK(err == 0, "mallctl(%s) = %d", name, err);
-    return v;
 }
 
 static void write_bool(const char *name, bool v)

@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "strata_names.h"
+#include "mallctl_read.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -53,23 +54,6 @@ static size_t rss_bytes(void)
     const char *p = strchr(buf, ' ');
     CHECK(p != NULL);
     return (size_t)strtoull(p + 1, NULL, 10) * (size_t)sysconf(_SC_PAGESIZE);
-}
-
-static uint64_t read_u64(const char *name)
-{
-    uint64_t v = 0;
-    size_t sz = sizeof v;
-    int err = mallctl(name, &v, &sz, NULL, 0);
-    CHECK(err == 0, "mallctl(%s) = %d", name, err);
-    return v;
-}
-
-static size_t read_size(const char *name)
-{
-    size_t v = 0, sz = sizeof v;
-    int err = mallctl(name, &v, &sz, NULL, 0);
-    CHECK(err == 0, "mallctl(%s) = %d", name, err);
-    return v;
 }
 
 static void write_size(const char *name, size_t v)
