@@ -627,19 +627,27 @@ static inline bool free_fast(void *p, const uint64_t *leaf, size_t j, uint64_t e
    * could reach this thread, and nobody writes it while the block is live. */
   start -= rtree_chk(leaf, j);
   uintptr_t tag = TAG_OF(p);
-  if (likely(b->avail != 0 && start < b->c32 && TAG_WORD(p) != tag)) {
+  if (likely(start < b->c32 && TAG_WORD(p) != tag)) {
+#if defined(__x86_64__)
+    /* The room test is the decrement's borrow: a full bin (avail 0) wraps, which the slow
+     * path undoes (two instructions fewer than a load, a test and a branch before it). */
+    __asm__ goto("subl $1, %0\n\tjc %l[full]" : "+m"(b->avail) : : "cc" : full);
+#else
+    if (unlikely(b->avail == 0)) return false;
+    b->avail--;
+#endif
     TAG_WORD(p) = tag;
     *(uintptr_t *)p = (uintptr_t)b->head ^ tag; /* LINK_SET(p, b->head): the tag is the mask */
     b->head = p;
-#if defined(__x86_64__)
-    __asm__("subl $1, %0" : "+m"(b->avail)); /* in memory: gcc would keep avail in a register (+1) */
-#else
-    b->avail--;
-#endif
     b->ndalloc++;
     return true;
   }
   return false;
+#if defined(__x86_64__)
+full:
+  b->avail = 0;
+  return false;
+#endif
 }
 
 /* rtree_slot's lookup, as the leaf and the index in it (free_fast reads two words at that

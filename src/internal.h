@@ -333,13 +333,18 @@ static inline szind_t sz_lookup_read(size_t size) {
  * class. */
 #define SZ_MALLOC_FAST_MAX ((size_t)16384)
 #define SZ_MALLOC_FAST_IND (SZ_NSMALL + 1) /* the class of SZ_MALLOC_FAST_MAX */
-HIDDEN extern uint16_t sz_malloc_lookup[(SZ_MALLOC_FAST_MAX >> 3) + 1]; /* class x TBIN_SIZE */
+/* Indexed by the size itself, not by (size + 7) / 8 (32 KiB instead of 4: the two
+ * instructions of the rounding gone from every malloc; docs/design.md, "Hot paths"), each
+ * entry the bin's byte offset in a thread cache (class x TBIN_SIZE), which the pop adds
+ * to the cache's address (8-byte units in one byte would need a scaled index, which gcc
+ * turns into one lea more). */
+HIDDEN extern uint16_t sz_malloc_lookup[SZ_MALLOC_FAST_MAX + 1];
+/* The byte offset of size's bin in a thread cache (size <= SZ_MALLOC_FAST_MAX). */
+static inline size_t sz_malloc_lookup_read(size_t size) {
+  return __atomic_load_n(&sz_malloc_lookup[size], __ATOMIC_RELAXED);
+}
 /* malloc_prof's copy of sz_lookup (filled by sz_init with prof:true). */
 HIDDEN extern uint8_t sz_prof_ind[(SZ_LOOKUP_MAX >> 3) + 1];
-/* The byte offset of size's bin in a thread cache (class x TBIN_SIZE). */
-static inline size_t sz_malloc_lookup_read(size_t size) {
-  return __atomic_load_n(&sz_malloc_lookup[(size + 7) >> 3], __ATOMIC_RELAXED);
-}
 /* Per class (up to the cached ones): the bits a free-list link of that class must have
  * clear, those above user space (2^47) and those below the class's natural alignment
  * (capped at a page): a link that decodes to anything else is no region of the class. */

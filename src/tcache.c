@@ -17,7 +17,9 @@
 
 #include "internal.h"
 
-tcache_t tcache_empty; /* every bin empty with max 0: the fast paths always miss */
+/* Every bin empty with max 0 and c32 0: the fast paths always miss, and free's never
+ * writes it (its room test, a decrement, follows the region test that c32 0 fails). */
+tcache_t tcache_empty;
 uintptr_t tcache_key;
 unsigned tcache_nbins;
 unsigned tcache_nbins_malloc;
