@@ -28,7 +28,7 @@ static inline void tcache_push_slow(tsd_t *tsd, tcache_t *tc, szind_t ind, void 
   if (likely(b->avail != 0)) {
     LINK_SET(p, b->head);
     b->head = p;
-    b->avail--;
+    tbin_avail_move(b, -1);
   } else {
     tcache_dalloc_hard(tc, ind, p);
   }
@@ -120,7 +120,7 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
       if (p) {
         if (unlikely(!link_ok(p, ind))) strata_heap_corruption(p, ind);
         b->head = LINK_DEC(p);
-        b->avail++;
+        tbin_avail_move(b, 1);
       } else {
         p = tcache_alloc_hard(tc, ind);
       }
@@ -411,11 +411,12 @@ static NOINLINE void *malloc_slow(size_t size) {
       if (likely(p != NULL)) {
         if (unlikely(!link_ok(p, ind))) strata_heap_corruption(p, ind);
         b->head = LINK_DEC(p);
-        b->avail++;
         TAG_WORD(p) = 0; /* allocated: untagged (free()'s fast path tags large classes too) */
         if (ind <= SZ_NSMALL) {
+          b->avail++;
           b->nmalloc++; /* counted into thread.allocated as the fast path's are */
         } else {
+          tbin_avail_move(b, 1);
           strata_tsd.allocated += sz_size[ind];
         }
         return p;
@@ -506,7 +507,7 @@ static NOINLINE void free_slow_large(void *p, edata_t *ed, szind_t ind, bool use
       tsd->deallocated += sz_size[ind];
       LINK_SET(p, b->head);
       b->head = p;
-      b->avail--;
+      tbin_avail_move(b, -1);
       if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
       return;
     }
@@ -638,8 +639,7 @@ static inline bool free_fast(void *p, const uint64_t *leaf, size_t j, uint64_t e
 #endif
     TAG_WORD(p) = tag;
     *(uintptr_t *)p = (uintptr_t)b->head ^ tag; /* LINK_SET(p, b->head): the tag is the mask */
-    b->head = p;
-    b->ndalloc++;
+    b->head = p; /* counted by nobody: tbin_ndalloc */
     return true;
   }
   return false;
@@ -976,7 +976,7 @@ static void *ialloc_tc(tsd_t *tsd, szind_t ind, bool zero, tcache_t *tc) {
   void *p = b->head;
   if (p) {
     b->head = link_next(p, ind);
-    b->avail++;
+    tbin_avail_move(b, 1);
   } else {
     p = tcache_alloc_hard(tc, ind);
   }

@@ -121,7 +121,7 @@ static inline size_t slab_size_for(const arena_t *a, const bin_t *bin, const bin
 static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   /* The calling thread's cache's frees of the class (its fast path counts them), read
    * here rather than passed down the fill path: slab_size_for's growth run. */
-  uint64_t cfrees = ind < TCACHE_NBINS_MAX ? strata_tsd.tcache->bins[ind].ndalloc : 0;
+  uint64_t cfrees = ind < TCACHE_NBINS_MAX ? tbin_ndalloc(strata_tsd.tcache, ind) : 0;
   const bin_info_t *bi = &bin_info[ind];
   void *bmp = bin->bm_spare;
   bin->bm_spare = NULL;

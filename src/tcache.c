@@ -105,7 +105,7 @@ void tcache_boot(void) {
 static void tcache_reset_bins(tcache_t *tc) {
   memset(tc, 0, sizeof(*tc));
   for (szind_t i = 1; i < tcache_nbins; i++) {
-    tc->bins[i].avail = tbin_max[i];
+    tbin_avail_set(&tc->bins[i], tbin_max[i]);
     tc->bins[i].c32 = tbin_c32[i];
     tc->bins[i].link_mask = sz_link_mask[i];
     tc->fill[i] = tbin_fill_init[i];
@@ -154,14 +154,14 @@ static NOINLINE void tcache_crowd(tcache_t *tc) {
     for (szind_t i = tcache_crowd_nbins; i < tc->nbins_open; i++) {
       tcache_flush_bin(tc, i, 0);
       tcache_publish(tc, i);
-      tc->bins[i].avail = 0;
+      tbin_avail_set(&tc->bins[i], 0);
       tc->fill[i] = 0; /* what tcache_alloc_hard tests */
       tc->events[i] = 0;
     }
     tc->nbins_open = tcache_crowd_nbins;
   } else if (n <= tcache_crowd_nlive / 2 && tc->nbins_open < tcache_nbins) {
     for (szind_t i = tc->nbins_open; i < tcache_nbins; i++) {
-      tc->bins[i].avail = tbin_max[i];
+      tbin_avail_set(&tc->bins[i], tbin_max[i]);
       tc->fill[i] = tbin_fill_init[i];
     }
     tc->nbins_open = tcache_nbins;
@@ -306,7 +306,7 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
      * older half; overflows happen in free-heavy phases, where that costs nothing). */
     void *p = b->head;
     if (unlikely(!link_ok(p, ind))) strata_heap_corruption(p, ind); /* a fast path decoded it */
-    b->avail += n;
+    tbin_avail_move(b, n);
     if (ind > SZ_NSMALL) {
       edata_t *eds[FLUSH_BUF];
       for (uint32_t i = 0; i < n; i++) {
@@ -325,9 +325,8 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
     /* A thread that frees far more of this class than it allocates (a consumer) frees
      * other threads' blocks: those go to their bin as a chain, as remote frees do, even
      * when it shares their arena (with arena_spread, threads share arenas until contention). */
-    bool consumer = b->nmalloc < b->ndalloc / 4 ||
-                    /* prof:true: nmalloc is biased by the sampler's countdown (a huge value) */
-                    (unlikely((int64_t)b->nmalloc < 0) && tbin_nmalloc(tc, ind) < b->ndalloc / 4);
+    uint64_t nm = tbin_nmalloc(tc, ind); /* nmalloc itself is biased with prof:true */
+    bool consumer = nm < tbin_ndalloc(tc, ind) / 4;
     unsigned own = tc->arena && !consumer ? tc->arena->ind + 1 : (unsigned)-1; /* an edata arena_id */
     if (own != (unsigned)-1) {
       flush_batch_own(tc, b, ind, rt_ind, p, n, own);
@@ -417,7 +416,7 @@ static NOINLINE void tcache_dalloc_closed(tcache_t *tc, szind_t ind, void *p) {
   LINK_SET(p, NULL);
   b->head = p;
   flush_tbin(tc, b, ind, ind, 1, 0);
-  b->avail = 0;
+  tbin_avail_set(b, 0);
 }
 
 void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
@@ -438,7 +437,7 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
     if (unlikely(want < tbin_fill_max[ind]) && !over)
       tc->fill[ind] = (uint16_t)(2 * want < tbin_fill_max[ind] ? 2 * want : tbin_fill_max[ind]);
     b->head = link_next(p, ind);
-    b->avail -= got - 1;
+    tbin_avail_move(b, -(int64_t)(got - 1));
   } else {
     if (unlikely(tc->fill[ind] == 0)) return tcache_alloc_closed(tc, ind);
     p = arena_large_alloc(tc->arena, sz_size[ind], 0, false);
@@ -462,13 +461,13 @@ void tcache_dalloc_hard(tcache_t *tc, szind_t ind, void *p) {
     tcache_flush_bin(tc, ind, tc->gc_every == 1 ? 0 : tbin_max[ind] / 2);
     LINK_SET(p, b->head);
     b->head = p;
-    b->avail--;
+    tbin_avail_move(b, -1);
     tcache_event(tc, ind);
     return;
   }
   LINK_SET(p, b->head);
   b->head = p;
-  b->avail--;
+  tbin_avail_move(b, -1);
 }
 
 void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated) {
@@ -477,8 +476,8 @@ void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated)
   if (tsd->state != TSD_ACTIVE) return;
   for (szind_t i = 1; i <= SZ_MALLOC_FAST_IND && i < tcache_nbins; i++) /* strata_malloc counts nmalloc */
     *allocated += tbin_nmalloc(tsd->tcache, i) * sz_size[i];
-  for (szind_t i = 1; i < tcache_nbins; i++) /* free()'s fast path counts ndalloc, large classes too */
-    *deallocated += tsd->tcache->bins[i].ndalloc * sz_size[i];
+  for (szind_t i = 1; i < tcache_nbins; i++) /* free()'s fast path pushes, large classes too */
+    *deallocated += tbin_ndalloc(tsd->tcache, i) * sz_size[i];
 }
 
 void tcache_flush_all(tcache_t *tc) {
