@@ -117,7 +117,7 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
     if (tc) {
       tbin_t *b = &tc->bins[ind];
       p = b->head;
-      if (p) {
+      if (p != TBIN_END) {
         if (unlikely(!link_ok(p, ind))) strata_heap_corruption(p, ind);
         b->head = LINK_DEC(p);
         tbin_avail_move(b, 1);
@@ -368,7 +368,7 @@ static NOINLINE void *malloc_prof(size_t size) {
     size_t ind = __atomic_load_n(&sz_prof_ind[(size + 7) >> 3], __ATOMIC_RELAXED);
     tbin_t *b = &strata_tsd.tcache->bins[ind];
     void *p = b->head;
-    if (likely(p != NULL && ((uintptr_t)p & b->link_mask) == 0)) {
+    if (likely(((uintptr_t)p & b->link_mask) == 0)) { /* TBIN_END fails it */
       /* nmalloc, biased by the class's countdown (prof_class_take), stays negative until
        * the pop that holds the class's sampling point: the increment's sign flag is the test. */
       int64_t n = (int64_t)b->nmalloc + 1;
@@ -408,7 +408,7 @@ static NOINLINE void *malloc_slow(size_t size) {
     if (ind < tcache_nbins_malloc) {
       tbin_t *b = &strata_tsd.tcache->bins[ind];
       void *p = b->head;
-      if (likely(p != NULL)) {
+      if (likely(p != TBIN_END)) {
         if (unlikely(!link_ok(p, ind))) strata_heap_corruption(p, ind);
         b->head = LINK_DEC(p);
         TAG_WORD(p) = 0; /* allocated: untagged (free()'s fast path tags large classes too) */
@@ -458,10 +458,10 @@ EXPORT void *strata_malloc(size_t size) {
     size_t off = sz_malloc_lookup_read(size); /* all 0 with prof:true: to malloc_prof */
     tbin_t *b = (tbin_t *)((char *)strata_tsd.tcache + off);
     void *p = b->head;
-    /* Not NULL, canonical and aligned as the class's regions: a corrupted link decodes to
-     * noise or, changed in a byte, off the alignment, which fails this; malloc_slow
-     * reports it (ialloc). */
-    if (likely(p != NULL) && likely(link_fits(p, &b->link_mask))) {
+    /* Canonical and aligned as the class's regions: an empty bin's TBIN_END fails this,
+     * and so does a corrupted link, which decodes to noise or, changed in a byte, off the
+     * alignment; malloc_slow reports it (ialloc). */
+    if (likely(link_fits(p, &b->link_mask))) {
       b->head = LINK_DEC(p);
       TAG_WORD(p) = 0; /* allocated: untagged */
       b->avail++;
@@ -479,9 +479,9 @@ static bool tcache_holds_large(tsd_t *tsd, szind_t ind, const void *p) {
   if (ind >= tcache_nbins || tsd->state != TSD_ACTIVE) return false;
   const tbin_t *b = &tsd->tcache->bins[ind];
   const void *q = b->head;
-  for (uint32_t n = tbin_count(b, ind); q != NULL && n > 0; n--) {
+  for (uint32_t n = tbin_count(b, ind); q != TBIN_END && n > 0; n--) {
     if (q == p) return true;
-    q = link_next(q, ind);
+    q = tbin_next(q, ind);
   }
   return false;
 }
@@ -974,8 +974,8 @@ static void *ialloc_tc(tsd_t *tsd, szind_t ind, bool zero, tcache_t *tc) {
   tsd->reentrant = 1;
   tbin_t *b = &tc->bins[ind];
   void *p = b->head;
-  if (p) {
-    b->head = link_next(p, ind);
+  if (p != TBIN_END) {
+    b->head = tbin_next(p, ind);
     tbin_avail_move(b, 1);
   } else {
     p = tcache_alloc_hard(tc, ind);

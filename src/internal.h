@@ -493,7 +493,7 @@ HIDDEN unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n);
 HIDDEN unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n);
 /* The same, but whole remote chains are taken while the total stays under nmax (>= n),
  * so a small fill does not cut a chain a flush handed over whole. */
-HIDDEN unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, unsigned nmax);
+HIDDEN unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, unsigned nmax, void *end);
 /* Frees n regions of class ind that all belong to arena a (a chain is made of them). */
 HIDDEN void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, unsigned n);
 /* len regions of one slab, linked through their first word from head. */
@@ -776,6 +776,18 @@ static inline void *link_next_k(const void *slot, uintptr_t key, unsigned ind) {
   return n;
 }
 static inline void *link_next(const void *slot, unsigned ind) { return link_next_k(slot, tcache_key, ind); }
+/* An empty thread-cache bin's head, and the link its last region holds: not aligned as any
+ * class's regions, so malloc's one mask test (link_fits) refuses it as it refuses a
+ * corrupted link, with no NULL test (docs/design.md, "Hot paths"). Bins that must always
+ * miss (bin 0, classes not cached, tcache_empty) have every bit of their mask set. Only
+ * thread-cache bins end with it; fill lists, remote chains and reserves end with NULL. */
+#define TBIN_END ((void *)(uintptr_t)1)
+/* link_next for a thread-cache bin's list, which ends with TBIN_END. */
+static inline void *tbin_next(const void *slot, unsigned ind) {
+  void *n = LINK_DEC(slot);
+  if (unlikely(n != TBIN_END && !link_ok(n, ind))) strata_heap_corruption(slot, ind);
+  return n;
+}
 HIDDEN void tcache_boot(void);
 HIDDEN tcache_t *tcache_get_slow(tsd_t *tsd); /* creates the thread's cache; NULL if none */
 HIDDEN extern unsigned tcache_nthreads_seen; /* the process's threads, as last read (tcache.c) */

@@ -212,10 +212,11 @@ static edata_t *bin_next_slab(arena_t *a, bin_t *bin, szind_t ind) {
 }
 
 unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n) {
-  return bin_fill_list_upto(a, ind, head, n, n);
+  return bin_fill_list_upto(a, ind, head, n, n, NULL);
 }
 
-unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, unsigned nmax) {
+/* end: the last region's link (NULL, or TBIN_END for a thread-cache bin). */
+unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, unsigned nmax, void *end) {
   const bin_info_t *bi = &bin_info[ind];
   const size_t size = bi->size;
   bin_t *bin = &a->bins[ind];
@@ -291,7 +292,7 @@ unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, un
     s->bm_hint = (uint16_t)w;
     if (full) slab_bitmap_drop(bin, s);
   }
-  FILL_APPEND(NULL);
+  FILL_APPEND(end);
 #undef FILL_APPEND
   bin->curregs += got - from_remote; /* remote regions were never taken off */
   bin->nmalloc += got;

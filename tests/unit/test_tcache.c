@@ -421,7 +421,7 @@ static void *crowd_checker(void *arg) {
   void *p = strata_malloc(4096);
   memset(p, 1, 4096);
   strata_free(p);
-  out[2] = tc->bins[i4k].avail + (tc->bins[i4k].head != NULL); /* 0: nothing cached, no room */
+  out[2] = tc->bins[i4k].avail + (tc->bins[i4k].head != TBIN_END); /* 0: nothing cached, no room */
   void *q = strata_malloc(64);
   strata_free(q);
   out[3] = tbin_count(&tc->bins[i64], i64); /* still cached */
@@ -430,7 +430,7 @@ static void *crowd_checker(void *arg) {
   void *l = strata_malloc(16384);
   memset(l, 2, 16384);
   strata_free(l);
-  out[7] = tc->bins[i16k].avail + (tc->bins[i16k].head != NULL) + (tc->arena->nlarge_dalloc - before16 != 1);
+  out[7] = tc->bins[i16k].avail + (tc->bins[i16k].head != TBIN_END) + (tc->arena->nlarge_dalloc - before16 != 1);
   pthread_barrier_wait(&crowd_done);
   pthread_barrier_wait(&crowd_gone); /* the members have exited */
   out[4] = __atomic_load_n(&tcache_nlive, __ATOMIC_RELAXED);
