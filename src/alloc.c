@@ -662,7 +662,7 @@ full:
 static inline const uint64_t *free_leaf(const void *p, size_t *j) {
   size_t i = (uintptr_t)p >> (LG_GRAN + RT_LG_LEAF);
   if (unlikely(i >= RT_L1_SIZE)) return NULL;
-  *j = ((uintptr_t)p >> LG_GRAN) & (RT_LEAF_SIZE - 1);
+  *j = (uintptr_t)p >> LG_GRAN; /* L1 holds biased leaves: no mask */
   return __atomic_load_n(&rtree_l1[i], __ATOMIC_ACQUIRE);
 }
 

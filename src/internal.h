@@ -207,7 +207,10 @@ HIDDEN void meta_postfork_child(void);
  * interior-pointer test, one multiply and one compare, its operands already at hand.
  * L1 lives in .bss (1 MiB, untouched pages cost nothing); leaves (2 MiB, 1 GiB of
  * address space each) are mapped on demand and never unmapped; their pages whose entries
- * are all zero are purged in place (rtree_purge).
+ * are all zero are purged in place (rtree_purge). L1 holds each leaf's address biased by
+ * minus its first granule's index (rtree_leaf undoes it), so that an address's entry is
+ * L1[a >> 30][a >> 12]: free() takes its index with one shift, no mask. A bias of 0 (a
+ * leaf mapped where its bias cancels) is never stored (rtree_ensure).
  */
 #define LG_GRAN 12
 #define GRAN ((size_t)1 << LG_GRAN)
@@ -215,15 +218,18 @@ HIDDEN void meta_postfork_child(void);
 #define RT_LG_VA 47
 #define RT_L1_SIZE ((size_t)1 << (RT_LG_VA - LG_GRAN - RT_LG_LEAF))
 #define RT_LEAF_SIZE ((size_t)1 << RT_LG_LEAF)
-HIDDEN extern uint64_t *rtree_l1[RT_L1_SIZE];
+HIDDEN extern uint64_t *rtree_l1[RT_L1_SIZE]; /* biased: see above */
+static inline uint64_t *rtree_leaf(size_t i, uint64_t *biased) {
+  return (uint64_t *)((uintptr_t)biased + (i << (RT_LG_LEAF + 3)));
+}
 HIDDEN extern mtx_t rtree_lock;
 
 static inline uint64_t *rtree_slot(uintptr_t a) {
   size_t i = a >> (LG_GRAN + RT_LG_LEAF);
   if (unlikely(i >= RT_L1_SIZE)) return NULL;
-  uint64_t *leaf = __atomic_load_n(&rtree_l1[i], __ATOMIC_ACQUIRE);
-  if (unlikely(leaf == NULL)) return NULL;
-  return &leaf[(a >> LG_GRAN) & (RT_LEAF_SIZE - 1)];
+  uint64_t *biased = __atomic_load_n(&rtree_l1[i], __ATOMIC_ACQUIRE);
+  if (unlikely(biased == NULL)) return NULL;
+  return &biased[a >> LG_GRAN];
 }
 static inline uint64_t rtree_read(uintptr_t a) {
   uint64_t *s = rtree_slot(a);
