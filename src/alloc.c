@@ -28,7 +28,7 @@ static inline void tcache_push_slow(tsd_t *tsd, tcache_t *tc, szind_t ind, void 
   if (likely(b->avail != 0)) {
     LINK_SET(p, b->head);
     b->head = p;
-    b->avail--;
+    tbin_avail_move(b, -1);
   } else {
     tcache_dalloc_hard(tc, ind, p);
   }
@@ -117,10 +117,10 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
     if (tc) {
       tbin_t *b = &tc->bins[ind];
       p = b->head;
-      if (p) {
+      if (p != TBIN_END) {
         if (unlikely(!link_ok(p, ind))) strata_heap_corruption(p, ind);
         b->head = LINK_DEC(p);
-        b->avail++;
+        tbin_avail_move(b, 1);
       } else {
         p = tcache_alloc_hard(tc, ind);
       }
@@ -368,7 +368,7 @@ static NOINLINE void *malloc_prof(size_t size) {
     size_t ind = __atomic_load_n(&sz_prof_ind[(size + 7) >> 3], __ATOMIC_RELAXED);
     tbin_t *b = &strata_tsd.tcache->bins[ind];
     void *p = b->head;
-    if (likely(p != NULL && ((uintptr_t)p & b->link_mask) == 0)) {
+    if (likely(((uintptr_t)p & b->link_mask) == 0)) { /* TBIN_END fails it */
       /* nmalloc, biased by the class's countdown (prof_class_take), stays negative until
        * the pop that holds the class's sampling point: the increment's sign flag is the test. */
       int64_t n = (int64_t)b->nmalloc + 1;
@@ -408,14 +408,15 @@ static NOINLINE void *malloc_slow(size_t size) {
     if (ind < tcache_nbins_malloc) {
       tbin_t *b = &strata_tsd.tcache->bins[ind];
       void *p = b->head;
-      if (likely(p != NULL)) {
+      if (likely(p != TBIN_END)) {
         if (unlikely(!link_ok(p, ind))) strata_heap_corruption(p, ind);
         b->head = LINK_DEC(p);
-        b->avail++;
         TAG_WORD(p) = 0; /* allocated: untagged (free()'s fast path tags large classes too) */
         if (ind <= SZ_NSMALL) {
+          b->avail++;
           b->nmalloc++; /* counted into thread.allocated as the fast path's are */
         } else {
+          tbin_avail_move(b, 1);
           strata_tsd.allocated += sz_size[ind];
         }
         return p;
@@ -456,11 +457,18 @@ EXPORT void *strata_malloc(size_t size) {
   if (likely(size <= SZ_MALLOC_FAST_MAX)) {
     size_t off = sz_malloc_lookup_read(size); /* all 0 with prof:true: to malloc_prof */
     tbin_t *b = (tbin_t *)((char *)strata_tsd.tcache + off);
-    void *p = b->head;
-    /* Not NULL, canonical and aligned as the class's regions: a corrupted link decodes to
-     * noise or, changed in a byte, off the alignment, which fails this; malloc_slow
-     * reports it (ialloc). */
-    if (likely(p != NULL) && likely(link_fits(p, &b->link_mask))) {
+    void *p;
+#if defined(__x86_64__)
+    /* The head straight into the return register: gcc otherwise loads it elsewhere and
+     * moves it at the end (one instruction more on every malloc). */
+    __asm__("movq %1, %0" : "=a"(p) : "m"(b->head));
+#else
+    p = b->head;
+#endif
+    /* Canonical and aligned as the class's regions: an empty bin's TBIN_END fails this,
+     * and so does a corrupted link, which decodes to noise or, changed in a byte, off the
+     * alignment; malloc_slow reports it (ialloc). */
+    if (likely(link_fits(p, &b->link_mask))) {
       b->head = LINK_DEC(p);
       TAG_WORD(p) = 0; /* allocated: untagged */
       b->avail++;
@@ -478,9 +486,9 @@ static bool tcache_holds_large(tsd_t *tsd, szind_t ind, const void *p) {
   if (ind >= tcache_nbins || tsd->state != TSD_ACTIVE) return false;
   const tbin_t *b = &tsd->tcache->bins[ind];
   const void *q = b->head;
-  for (uint32_t n = tbin_count(b, ind); q != NULL && n > 0; n--) {
+  for (uint32_t n = tbin_count(b, ind); q != TBIN_END && n > 0; n--) {
     if (q == p) return true;
-    q = link_next(q, ind);
+    q = tbin_next(q, ind);
   }
   return false;
 }
@@ -506,7 +514,7 @@ static NOINLINE void free_slow_large(void *p, edata_t *ed, szind_t ind, bool use
       tsd->deallocated += sz_size[ind];
       LINK_SET(p, b->head);
       b->head = p;
-      b->avail--;
+      tbin_avail_move(b, -1);
       if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
       return;
     }
@@ -627,19 +635,26 @@ static inline bool free_fast(void *p, const uint64_t *leaf, size_t j, uint64_t e
    * could reach this thread, and nobody writes it while the block is live. */
   start -= rtree_chk(leaf, j);
   uintptr_t tag = TAG_OF(p);
-  if (likely(b->avail != 0 && start < b->c32 && TAG_WORD(p) != tag)) {
-    TAG_WORD(p) = tag;
-    *(uintptr_t *)p = (uintptr_t)b->head ^ tag; /* LINK_SET(p, b->head): the tag is the mask */
-    b->head = p;
+  if (likely(start < b->c32 && TAG_WORD(p) != tag)) {
 #if defined(__x86_64__)
-    __asm__("subl $1, %0" : "+m"(b->avail)); /* in memory: gcc would keep avail in a register (+1) */
+    /* The room test is the decrement's borrow: a full bin (avail 0) wraps, which the slow
+     * path undoes (two instructions fewer than a load, a test and a branch before it). */
+    __asm__ goto("subl $1, %0\n\tjc %l[full]" : "+m"(b->avail) : : "cc" : full);
 #else
+    if (unlikely(b->avail == 0)) return false;
     b->avail--;
 #endif
-    b->ndalloc++;
+    TAG_WORD(p) = tag;
+    *(uintptr_t *)p = (uintptr_t)b->head ^ tag; /* LINK_SET(p, b->head): the tag is the mask */
+    b->head = p; /* counted by nobody: tbin_ndalloc */
     return true;
   }
   return false;
+#if defined(__x86_64__)
+full:
+  b->avail = 0;
+  return false;
+#endif
 }
 
 /* rtree_slot's lookup, as the leaf and the index in it (free_fast reads two words at that
@@ -647,7 +662,7 @@ static inline bool free_fast(void *p, const uint64_t *leaf, size_t j, uint64_t e
 static inline const uint64_t *free_leaf(const void *p, size_t *j) {
   size_t i = (uintptr_t)p >> (LG_GRAN + RT_LG_LEAF);
   if (unlikely(i >= RT_L1_SIZE)) return NULL;
-  *j = ((uintptr_t)p >> LG_GRAN) & (RT_LEAF_SIZE - 1);
+  *j = (uintptr_t)p >> LG_GRAN; /* L1 holds biased leaves: no mask */
   return __atomic_load_n(&rtree_l1[i], __ATOMIC_ACQUIRE);
 }
 
@@ -966,9 +981,9 @@ static void *ialloc_tc(tsd_t *tsd, szind_t ind, bool zero, tcache_t *tc) {
   tsd->reentrant = 1;
   tbin_t *b = &tc->bins[ind];
   void *p = b->head;
-  if (p) {
-    b->head = link_next(p, ind);
-    b->avail++;
+  if (p != TBIN_END) {
+    b->head = tbin_next(p, ind);
+    tbin_avail_move(b, 1);
   } else {
     p = tcache_alloc_hard(tc, ind);
   }

@@ -207,7 +207,10 @@ HIDDEN void meta_postfork_child(void);
  * interior-pointer test, one multiply and one compare, its operands already at hand.
  * L1 lives in .bss (1 MiB, untouched pages cost nothing); leaves (2 MiB, 1 GiB of
  * address space each) are mapped on demand and never unmapped; their pages whose entries
- * are all zero are purged in place (rtree_purge).
+ * are all zero are purged in place (rtree_purge). L1 holds each leaf's address biased by
+ * minus its first granule's index (rtree_leaf undoes it), so that an address's entry is
+ * L1[a >> 30][a >> 12]: free() takes its index with one shift, no mask. A bias of 0 (a
+ * leaf mapped where its bias cancels) is never stored (rtree_ensure).
  */
 #define LG_GRAN 12
 #define GRAN ((size_t)1 << LG_GRAN)
@@ -215,15 +218,18 @@ HIDDEN void meta_postfork_child(void);
 #define RT_LG_VA 47
 #define RT_L1_SIZE ((size_t)1 << (RT_LG_VA - LG_GRAN - RT_LG_LEAF))
 #define RT_LEAF_SIZE ((size_t)1 << RT_LG_LEAF)
-HIDDEN extern uint64_t *rtree_l1[RT_L1_SIZE];
+HIDDEN extern uint64_t *rtree_l1[RT_L1_SIZE]; /* biased: see above */
+static inline uint64_t *rtree_leaf(size_t i, uint64_t *biased) {
+  return (uint64_t *)((uintptr_t)biased + (i << (RT_LG_LEAF + 3)));
+}
 HIDDEN extern mtx_t rtree_lock;
 
 static inline uint64_t *rtree_slot(uintptr_t a) {
   size_t i = a >> (LG_GRAN + RT_LG_LEAF);
   if (unlikely(i >= RT_L1_SIZE)) return NULL;
-  uint64_t *leaf = __atomic_load_n(&rtree_l1[i], __ATOMIC_ACQUIRE);
-  if (unlikely(leaf == NULL)) return NULL;
-  return &leaf[(a >> LG_GRAN) & (RT_LEAF_SIZE - 1)];
+  uint64_t *biased = __atomic_load_n(&rtree_l1[i], __ATOMIC_ACQUIRE);
+  if (unlikely(biased == NULL)) return NULL;
+  return &biased[a >> LG_GRAN];
 }
 static inline uint64_t rtree_read(uintptr_t a) {
   uint64_t *s = rtree_slot(a);
@@ -333,13 +339,18 @@ static inline szind_t sz_lookup_read(size_t size) {
  * class. */
 #define SZ_MALLOC_FAST_MAX ((size_t)16384)
 #define SZ_MALLOC_FAST_IND (SZ_NSMALL + 1) /* the class of SZ_MALLOC_FAST_MAX */
-HIDDEN extern uint16_t sz_malloc_lookup[(SZ_MALLOC_FAST_MAX >> 3) + 1]; /* class x TBIN_SIZE */
+/* Indexed by the size itself, not by (size + 7) / 8 (32 KiB instead of 4: the two
+ * instructions of the rounding gone from every malloc; docs/design.md, "Hot paths"), each
+ * entry the bin's byte offset in a thread cache (class x TBIN_SIZE), which the pop adds
+ * to the cache's address (8-byte units in one byte would need a scaled index, which gcc
+ * turns into one lea more). */
+HIDDEN extern uint16_t sz_malloc_lookup[SZ_MALLOC_FAST_MAX + 1];
+/* The byte offset of size's bin in a thread cache (size <= SZ_MALLOC_FAST_MAX). */
+static inline size_t sz_malloc_lookup_read(size_t size) {
+  return __atomic_load_n(&sz_malloc_lookup[size], __ATOMIC_RELAXED);
+}
 /* malloc_prof's copy of sz_lookup (filled by sz_init with prof:true). */
 HIDDEN extern uint8_t sz_prof_ind[(SZ_LOOKUP_MAX >> 3) + 1];
-/* The byte offset of size's bin in a thread cache (class x TBIN_SIZE). */
-static inline size_t sz_malloc_lookup_read(size_t size) {
-  return __atomic_load_n(&sz_malloc_lookup[(size + 7) >> 3], __ATOMIC_RELAXED);
-}
 /* Per class (up to the cached ones): the bits a free-list link of that class must have
  * clear, those above user space (2^47) and those below the class's natural alignment
  * (capped at a page): a link that decodes to anything else is no region of the class. */
@@ -488,7 +499,7 @@ HIDDEN unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n);
 HIDDEN unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n);
 /* The same, but whole remote chains are taken while the total stays under nmax (>= n),
  * so a small fill does not cut a chain a flush handed over whole. */
-HIDDEN unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, unsigned nmax);
+HIDDEN unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, unsigned nmax, void *end);
 /* Frees n regions of class ind that all belong to arena a (a chain is made of them). */
 HIDDEN void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, unsigned n);
 /* len regions of one slab, linked through their first word from head. */
@@ -652,8 +663,11 @@ typedef struct {
    * 2^20 for large ones (whose first granule alone names the class, and whose start is
    * page-aligned): free() takes p only when (p x c32 - chk) mod 2^32 < c32 (rtree). */
   uint32_t c32;
-  uint64_t nmalloc;    /* fast-path counts, for thread.allocated / deallocated */
-  uint64_t ndalloc;
+  uint64_t nmalloc;    /* malloc's fast-path pops, for thread.allocated */
+  /* free()'s fast path counts nothing (one instruction less on every free): its pushes are
+   * tbin_ndalloc = pops + dbase - avail, every other change of avail moving dbase with it
+   * (tbin_avail_move, tbin_avail_set). */
+  uint64_t dbase;
   uint64_t link_mask;  /* sz_link_mask[class]: malloc pops a head only when it has none set */
 } tbin_t;
 _Static_assert(sizeof(tbin_t) == TBIN_SIZE, "TBIN_SIZE is the rtree class field's unit");
@@ -688,6 +702,17 @@ struct tcache_s {
 static inline uint64_t tbin_nmalloc(const tcache_t *tc, unsigned ind) {
   return tc->bins[ind].nmalloc + tc->prof_nm_off[ind];
 }
+/* free()'s fast-path pushes into bin ind (see tbin_t.dbase). */
+static inline uint64_t tbin_ndalloc(const tcache_t *tc, unsigned ind) {
+  return tbin_nmalloc(tc, ind) + tc->bins[ind].dbase - tc->bins[ind].avail;
+}
+/* A change of a bin's room that is neither a fast-path pop (counted in nmalloc) nor a
+ * fast-path push: fills, flushes, slow-path pops and pushes, closing and opening. */
+static inline void tbin_avail_move(tbin_t *b, int64_t d) {
+  b->avail = (uint32_t)((int64_t)b->avail + d);
+  b->dbase += (uint64_t)d;
+}
+static inline void tbin_avail_set(tbin_t *b, uint32_t v) { tbin_avail_move(b, (int64_t)v - (int64_t)b->avail); }
 enum { TSD_NOMINAL = 0, TSD_ACTIVE, TSD_NOCACHE, TSD_DEAD };
 typedef struct {
   tcache_t *tcache;        /* never NULL: &tcache_empty until the thread has one */
@@ -757,6 +782,18 @@ static inline void *link_next_k(const void *slot, uintptr_t key, unsigned ind) {
   return n;
 }
 static inline void *link_next(const void *slot, unsigned ind) { return link_next_k(slot, tcache_key, ind); }
+/* An empty thread-cache bin's head, and the link its last region holds: not aligned as any
+ * class's regions, so malloc's one mask test (link_fits) refuses it as it refuses a
+ * corrupted link, with no NULL test (docs/design.md, "Hot paths"). Bins that must always
+ * miss (bin 0, classes not cached, tcache_empty) have every bit of their mask set. Only
+ * thread-cache bins end with it; fill lists, remote chains and reserves end with NULL. */
+#define TBIN_END ((void *)(uintptr_t)1)
+/* link_next for a thread-cache bin's list, which ends with TBIN_END. */
+static inline void *tbin_next(const void *slot, unsigned ind) {
+  void *n = LINK_DEC(slot);
+  if (unlikely(n != TBIN_END && !link_ok(n, ind))) strata_heap_corruption(slot, ind);
+  return n;
+}
 HIDDEN void tcache_boot(void);
 HIDDEN tcache_t *tcache_get_slow(tsd_t *tsd); /* creates the thread's cache; NULL if none */
 HIDDEN extern unsigned tcache_nthreads_seen; /* the process's threads, as last read (tcache.c) */

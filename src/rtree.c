@@ -51,11 +51,20 @@ bool rtree_ensure(uintptr_t a, size_t size) {
         mtx_unlock(&rtree_lock);
         return true;
       }
+      if (unlikely((uintptr_t)leaf == i << (RT_LG_LEAF + 3))) { /* its bias would read as no leaf */
+        uint64_t *other = os_map(bytes, os_page);
+        os_unmap(leaf, bytes);
+        leaf = other;
+        if (leaf == NULL) {
+          mtx_unlock(&rtree_lock);
+          return true;
+        }
+      }
       uint32_t *cnt = leaf_counts(leaf);
       for (size_t p = 0; p < leaf_pages(); p++) cnt[p] = RT_CNT_CLEAN;
       __atomic_fetch_add(&rtree_leaf_bytes, bytes, __ATOMIC_RELAXED);
       __atomic_fetch_add(&rtree_clean_pages, leaf_pages(), __ATOMIC_RELAXED);
-      __atomic_store_n(&rtree_l1[i], leaf, __ATOMIC_RELEASE);
+      __atomic_store_n(&rtree_l1[i], (uint64_t *)((uintptr_t)leaf - (i << (RT_LG_LEAF + 3))), __ATOMIC_RELEASE);
       rtree_leaf_ind[rtree_nleaves] = (uint32_t)i;
       __atomic_store_n(&rtree_nleaves, rtree_nleaves + 1, __ATOMIC_RELEASE);
     }
@@ -65,7 +74,8 @@ bool rtree_ensure(uintptr_t a, size_t size) {
 }
 
 static inline uint32_t *count_of(uintptr_t a) {
-  uint64_t *leaf = __atomic_load_n(&rtree_l1[a >> (LG_GRAN + RT_LG_LEAF)], __ATOMIC_ACQUIRE);
+  size_t i = a >> (LG_GRAN + RT_LG_LEAF);
+  uint64_t *leaf = rtree_leaf(i, __atomic_load_n(&rtree_l1[i], __ATOMIC_ACQUIRE));
   size_t idx = (a >> LG_GRAN) & (RT_LEAF_SIZE - 1);
   return &leaf_counts(leaf)[idx * sizeof(uint64_t) / os_page];
 }
@@ -126,10 +136,10 @@ void rtree_write_range(uintptr_t a, size_t n, uint64_t v) {
 
 void rtree_write_chk(uintptr_t a, size_t n, uint32_t chk) {
   for (; n; n--, a += GRAN) {
-    uint64_t *leaf = __atomic_load_n(&rtree_l1[a >> (LG_GRAN + RT_LG_LEAF)], __ATOMIC_ACQUIRE);
-    size_t j = (a >> LG_GRAN) & (RT_LEAF_SIZE - 1);
-    sassert(leaf != NULL && __atomic_load_n(&leaf[j], __ATOMIC_RELAXED) != 0);
-    __atomic_store_n(&rtree_chk(leaf, j), chk, __ATOMIC_RELAXED);
+    uint64_t *biased = __atomic_load_n(&rtree_l1[a >> (LG_GRAN + RT_LG_LEAF)], __ATOMIC_ACQUIRE);
+    size_t j = a >> LG_GRAN; /* biased: the global index */
+    sassert(biased != NULL && __atomic_load_n(&biased[j], __ATOMIC_RELAXED) != 0);
+    __atomic_store_n(&rtree_chk(biased, j), chk, __ATOMIC_RELAXED);
   }
 }
 
@@ -151,7 +161,7 @@ size_t rtree_purge(void) {
   if (__atomic_exchange_n(&rtree_nempty, 0, __ATOMIC_ACQ_REL) == 0) return 0;
   size_t purged = 0, np = leaf_pages();
   for (size_t l = 0, nl = __atomic_load_n(&rtree_nleaves, __ATOMIC_ACQUIRE); l < nl; l++) {
-    uint64_t *leaf = __atomic_load_n(&rtree_l1[rtree_leaf_ind[l]], __ATOMIC_ACQUIRE);
+    uint64_t *leaf = rtree_leaf(rtree_leaf_ind[l], __atomic_load_n(&rtree_l1[rtree_leaf_ind[l]], __ATOMIC_ACQUIRE));
     uint32_t *cnt = leaf_counts(leaf);
     for (size_t p = 0; p < np;) {
       /* rtree_lock over each run (claim, madvise, release): fork takes it, so a child never

@@ -7,7 +7,7 @@
 uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];
 uint8_t sz_lookup_k[SZ_LOOKUP_K_MAX >> 10]; /* [(size - 1) >> 10], size in (SZ_LOOKUP_MAX, 32 KiB] */
 uint8_t psz_floor_tab[PSZ_TAB_N], psz_ceil_tab[PSZ_TAB_N];
-uint16_t sz_malloc_lookup[(SZ_MALLOC_FAST_MAX >> 3) + 1];
+uint16_t sz_malloc_lookup[SZ_MALLOC_FAST_MAX + 1];
 uint64_t sz_link_mask[TCACHE_NBINS_MAX];
 uint8_t sz_prof_ind[(SZ_LOOKUP_MAX >> 3) + 1];
 size_t sz_size[SZ_NCLASSES + 1];
@@ -94,11 +94,12 @@ void sz_init(void) {
     while (sz_size[c] < s) c++;
     __atomic_store_n(&sz_lookup[s >> 3], (uint8_t)c, __ATOMIC_RELAXED);
     /* prof:true (prof_boot ran first) leaves malloc's copy all 0: see sz_malloc_lookup. */
-    __atomic_store_n(&sz_malloc_lookup[s >> 3], prof_on ? 0 : (uint16_t)(c * TBIN_SIZE), __ATOMIC_RELAXED);
+    for (size_t b = s < 8 ? 0 : s - 7; b <= s; b++)
+      __atomic_store_n(&sz_malloc_lookup[b], prof_on ? 0 : (uint16_t)(c * TBIN_SIZE), __ATOMIC_RELAXED);
     if (prof_on) __atomic_store_n(&sz_prof_ind[s >> 3], (uint8_t)c, __ATOMIC_RELAXED);
   }
-  for (size_t s = SZ_LOOKUP_MAX + 8; s <= SZ_MALLOC_FAST_MAX; s += 8) /* malloc's copy goes on */
-    __atomic_store_n(&sz_malloc_lookup[s >> 3], prof_on ? 0 : (uint16_t)(SZ_MALLOC_FAST_IND * TBIN_SIZE),
+  for (size_t b = SZ_LOOKUP_MAX + 1; b <= SZ_MALLOC_FAST_MAX; b++) /* malloc's copy goes on */
+    __atomic_store_n(&sz_malloc_lookup[b], prof_on ? 0 : (uint16_t)(SZ_MALLOC_FAST_IND * TBIN_SIZE),
                      __ATOMIC_RELAXED);
   for (size_t k = SZ_LOOKUP_MAX >> 10; k < (SZ_LOOKUP_K_MAX >> 10); k++) { /* (k KiB, k+1 KiB] */
     while (sz_size[c] < (k + 1) << 10) c++;
@@ -190,9 +191,9 @@ bool malloc_divert;
 void sz_malloc_divert(bool divert) {
   __atomic_store_n(&malloc_divert, divert || prof_on, __ATOMIC_RELEASE);
   if (prof_on) return;
-  for (size_t s = 0; s <= SZ_MALLOC_FAST_MAX; s += 8) {
+  for (size_t s = 0; s <= SZ_MALLOC_FAST_MAX; s++) {
     /* malloc's table holds the bin's byte offset (class x TBIN_SIZE), as sz_init writes it */
-    szind_t c = divert ? 0 : s <= SZ_LOOKUP_MAX ? sz_lookup[s >> 3] : SZ_MALLOC_FAST_IND;
-    __atomic_store_n(&sz_malloc_lookup[s >> 3], (uint16_t)(c * TBIN_SIZE), __ATOMIC_RELAXED);
+    szind_t c = divert ? 0 : s <= SZ_LOOKUP_MAX ? sz_lookup[(s + 7) >> 3] : SZ_MALLOC_FAST_IND;
+    __atomic_store_n(&sz_malloc_lookup[s], (uint16_t)(c * TBIN_SIZE), __ATOMIC_RELAXED);
   }
 }

@@ -121,7 +121,7 @@ static inline size_t slab_size_for(const arena_t *a, const bin_t *bin, const bin
 static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   /* The calling thread's cache's frees of the class (its fast path counts them), read
    * here rather than passed down the fill path: slab_size_for's growth run. */
-  uint64_t cfrees = ind < TCACHE_NBINS_MAX ? strata_tsd.tcache->bins[ind].ndalloc : 0;
+  uint64_t cfrees = ind < TCACHE_NBINS_MAX ? tbin_ndalloc(strata_tsd.tcache, ind) : 0;
   const bin_info_t *bi = &bin_info[ind];
   void *bmp = bin->bm_spare;
   bin->bm_spare = NULL;
@@ -212,10 +212,11 @@ static edata_t *bin_next_slab(arena_t *a, bin_t *bin, szind_t ind) {
 }
 
 unsigned bin_fill_list(arena_t *a, szind_t ind, void **head, unsigned n) {
-  return bin_fill_list_upto(a, ind, head, n, n);
+  return bin_fill_list_upto(a, ind, head, n, n, NULL);
 }
 
-unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, unsigned nmax) {
+/* end: the last region's link (NULL, or TBIN_END for a thread-cache bin). */
+unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, unsigned nmax, void *end) {
   const bin_info_t *bi = &bin_info[ind];
   const size_t size = bi->size;
   bin_t *bin = &a->bins[ind];
@@ -291,7 +292,7 @@ unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, un
     s->bm_hint = (uint16_t)w;
     if (full) slab_bitmap_drop(bin, s);
   }
-  FILL_APPEND(NULL);
+  FILL_APPEND(end);
 #undef FILL_APPEND
   bin->curregs += got - from_remote; /* remote regions were never taken off */
   bin->nmalloc += got;

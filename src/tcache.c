@@ -17,7 +17,9 @@
 
 #include "internal.h"
 
-tcache_t tcache_empty; /* every bin empty with max 0: the fast paths always miss */
+/* Every bin empty with max 0 and c32 0: the fast paths always miss, and free's never
+ * writes it (its room test, a decrement, follows the region test that c32 0 fails). */
+tcache_t tcache_empty = {.bins = {[0 ... TCACHE_NBINS_MAX - 1] = {.head = TBIN_END, .link_mask = ~(uint64_t)0}}};
 uintptr_t tcache_key;
 unsigned tcache_nbins;
 unsigned tcache_nbins_malloc;
@@ -102,8 +104,12 @@ void tcache_boot(void) {
 /* Every bin empty, with its room and its region and link checks. */
 static void tcache_reset_bins(tcache_t *tc) {
   memset(tc, 0, sizeof(*tc));
+  for (szind_t i = 0; i < TCACHE_NBINS_MAX; i++) {
+    tc->bins[i].head = TBIN_END;
+    tc->bins[i].link_mask = ~(uint64_t)0; /* always misses: bin 0 and classes not cached */
+  }
   for (szind_t i = 1; i < tcache_nbins; i++) {
-    tc->bins[i].avail = tbin_max[i];
+    tbin_avail_set(&tc->bins[i], tbin_max[i]);
     tc->bins[i].c32 = tbin_c32[i];
     tc->bins[i].link_mask = sz_link_mask[i];
     tc->fill[i] = tbin_fill_init[i];
@@ -152,14 +158,14 @@ static NOINLINE void tcache_crowd(tcache_t *tc) {
     for (szind_t i = tcache_crowd_nbins; i < tc->nbins_open; i++) {
       tcache_flush_bin(tc, i, 0);
       tcache_publish(tc, i);
-      tc->bins[i].avail = 0;
+      tbin_avail_set(&tc->bins[i], 0);
       tc->fill[i] = 0; /* what tcache_alloc_hard tests */
       tc->events[i] = 0;
     }
     tc->nbins_open = tcache_crowd_nbins;
   } else if (n <= tcache_crowd_nlive / 2 && tc->nbins_open < tcache_nbins) {
     for (szind_t i = tc->nbins_open; i < tcache_nbins; i++) {
-      tc->bins[i].avail = tbin_max[i];
+      tbin_avail_set(&tc->bins[i], tbin_max[i]);
       tc->fill[i] = tbin_fill_init[i];
     }
     tc->nbins_open = tcache_nbins;
@@ -260,7 +266,7 @@ static inline __attribute__((always_inline)) void flush_batch(tbin_t *b, szind_t
   slab_run_t runs[FLUSH_BUF];
   flush_scan_t sc = bin_info[ind].pow2 ? flush_scan(p, n, ind, rt_ind, runs, own, false)
                                        : flush_scan(p, n, ind, rt_ind, runs, own, true);
-  b->head = link_next(sc.last, ind);
+  b->head = tbin_next(sc.last, ind);
   LINK_SET(sc.last, NULL);
   if (sc.one_remote) {
     /* Cross-thread frees: the chain goes to the owner bin as it is, one lock and no
@@ -283,7 +289,7 @@ static NOINLINE void flush_batch_own(tcache_t *tc, tbin_t *b, szind_t ind, szind
   uint32_t done;
   p = bin_flush_local(tc->arena, ind, rt_ind, p, n, &done);
   if (done == n) {
-    if (unlikely(!link_ok(p, ind))) strata_heap_corruption(p, ind); /* as link_next's test */
+    if (unlikely(p != TBIN_END && !link_ok(p, ind))) strata_heap_corruption(p, ind); /* as tbin_next's test */
     b->head = p;
     return;
   }
@@ -304,7 +310,7 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
      * older half; overflows happen in free-heavy phases, where that costs nothing). */
     void *p = b->head;
     if (unlikely(!link_ok(p, ind))) strata_heap_corruption(p, ind); /* a fast path decoded it */
-    b->avail += n;
+    tbin_avail_move(b, n);
     if (ind > SZ_NSMALL) {
       edata_t *eds[FLUSH_BUF];
       for (uint32_t i = 0; i < n; i++) {
@@ -314,7 +320,7 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
                      ed->addr != (uintptr_t)p))
           strata_invalid_free("free", p);
         eds[i] = ed;
-        p = link_next(p, ind);
+        p = tbin_next(p, ind);
       }
       b->head = p;
       for (uint32_t i = 0; i < n; i++) arena_large_dalloc(eds[i]);
@@ -323,9 +329,8 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
     /* A thread that frees far more of this class than it allocates (a consumer) frees
      * other threads' blocks: those go to their bin as a chain, as remote frees do, even
      * when it shares their arena (with arena_spread, threads share arenas until contention). */
-    bool consumer = b->nmalloc < b->ndalloc / 4 ||
-                    /* prof:true: nmalloc is biased by the sampler's countdown (a huge value) */
-                    (unlikely((int64_t)b->nmalloc < 0) && tbin_nmalloc(tc, ind) < b->ndalloc / 4);
+    uint64_t nm = tbin_nmalloc(tc, ind); /* nmalloc itself is biased with prof:true */
+    bool consumer = nm < tbin_ndalloc(tc, ind) / 4;
     unsigned own = tc->arena && !consumer ? tc->arena->ind + 1 : (unsigned)-1; /* an edata arena_id */
     if (own != (unsigned)-1) {
       flush_batch_own(tc, b, ind, rt_ind, p, n, own);
@@ -412,10 +417,10 @@ static NOINLINE void *tcache_alloc_closed(tcache_t *tc, szind_t ind) {
 
 static NOINLINE void tcache_dalloc_closed(tcache_t *tc, szind_t ind, void *p) {
   tbin_t *b = &tc->bins[ind];
-  LINK_SET(p, NULL);
+  LINK_SET(p, TBIN_END);
   b->head = p;
   flush_tbin(tc, b, ind, ind, 1, 0);
-  b->avail = 0;
+  tbin_avail_set(b, 0);
 }
 
 void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
@@ -429,14 +434,14 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
     unsigned want = tc->fill[ind];
     if (unlikely(want == 0)) return tcache_alloc_closed(tc, ind); /* closed (tcache_crowd) */
     if (unlikely(over)) want = 1;
-    sassert(b->head == NULL && b->avail == tbin_max[ind] && want >= 1);
+    sassert(b->head == TBIN_END && b->avail == tbin_max[ind] && want >= 1);
     if (unlikely(guard_enabled) && (p = guard_fill_hook(ind, &want)) != NULL) return p;
-    unsigned got = bin_fill_list_upto(tc->arena, ind, &p, want, unlikely(over) ? 1 : tbin_max[ind]);
+    unsigned got = bin_fill_list_upto(tc->arena, ind, &p, want, unlikely(over) ? 1 : tbin_max[ind], TBIN_END);
     if (got == 0) return NULL;
     if (unlikely(want < tbin_fill_max[ind]) && !over)
       tc->fill[ind] = (uint16_t)(2 * want < tbin_fill_max[ind] ? 2 * want : tbin_fill_max[ind]);
-    b->head = link_next(p, ind);
-    b->avail -= got - 1;
+    b->head = tbin_next(p, ind);
+    tbin_avail_move(b, -(int64_t)(got - 1));
   } else {
     if (unlikely(tc->fill[ind] == 0)) return tcache_alloc_closed(tc, ind);
     p = arena_large_alloc(tc->arena, sz_size[ind], 0, false);
@@ -451,7 +456,7 @@ void tcache_dalloc_hard(tcache_t *tc, szind_t ind, void *p) {
   if (unlikely(p == b->head)) strata_invalid_free("free", p);
   if (b->avail == 0) {
     /* No room and nothing cached: a closed bin (an open one is full). */
-    if (unlikely(b->head == NULL)) {
+    if (unlikely(b->head == TBIN_END)) {
       tcache_dalloc_closed(tc, ind, p);
       return;
     }
@@ -460,13 +465,13 @@ void tcache_dalloc_hard(tcache_t *tc, szind_t ind, void *p) {
     tcache_flush_bin(tc, ind, tc->gc_every == 1 ? 0 : tbin_max[ind] / 2);
     LINK_SET(p, b->head);
     b->head = p;
-    b->avail--;
+    tbin_avail_move(b, -1);
     tcache_event(tc, ind);
     return;
   }
   LINK_SET(p, b->head);
   b->head = p;
-  b->avail--;
+  tbin_avail_move(b, -1);
 }
 
 void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated) {
@@ -475,8 +480,8 @@ void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated)
   if (tsd->state != TSD_ACTIVE) return;
   for (szind_t i = 1; i <= SZ_MALLOC_FAST_IND && i < tcache_nbins; i++) /* strata_malloc counts nmalloc */
     *allocated += tbin_nmalloc(tsd->tcache, i) * sz_size[i];
-  for (szind_t i = 1; i < tcache_nbins; i++) /* free()'s fast path counts ndalloc, large classes too */
-    *deallocated += tsd->tcache->bins[i].ndalloc * sz_size[i];
+  for (szind_t i = 1; i < tcache_nbins; i++) /* free()'s fast path pushes, large classes too */
+    *deallocated += tbin_ndalloc(tsd->tcache, i) * sz_size[i];
 }
 
 void tcache_flush_all(tcache_t *tc) {

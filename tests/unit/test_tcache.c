@@ -348,12 +348,12 @@ static void test_large_frees_take_the_fast_path(void) {
     tbin_t *b = bin_of(ind);
     uint32_t n0 = tbin_count(b, ind);
     CHECK(n0 < tbin_max[ind]); /* p's pop left room */
-    uint64_t nd0 = b->ndalloc, ld0 = own->nlarge_dalloc, a0, d0, a1, d1;
+    uint64_t nd0 = tbin_ndalloc(strata_tsd.tcache, ind), ld0 = own->nlarge_dalloc, a0, d0, a1, d1;
     tcache_counts(&strata_tsd, &a0, &d0);
     strata_free(p);
     CHECK(b->head == p);
     CHECK_EQ(tbin_count(b, ind), n0 + 1);
-    CHECK_EQ(b->ndalloc - nd0, 1); /* the fast path's push */
+    CHECK_EQ(tbin_ndalloc(strata_tsd.tcache, ind) - nd0, 1); /* the fast path's push */
     CHECK_EQ(own->nlarge_dalloc, ld0);
     tcache_counts(&strata_tsd, &a1, &d1);
     CHECK_EQ(d1 - d0, sizes[k]);
@@ -387,11 +387,11 @@ static void test_large_frees_take_the_fast_path(void) {
   void *hold = strata_malloc(16384); /* the bin has room: only the class keeps x out */
   uint32_t n0 = tbin_count(b16, i16);
   CHECK(n0 < tbin_max[i16]);
-  uint64_t nd0 = b16->ndalloc, ud0 = u->nlarge_dalloc;
+  uint64_t nd0 = tbin_ndalloc(strata_tsd.tcache, i16), ud0 = u->nlarge_dalloc;
   strata_free(x);
   CHECK(b16->head != x);
   CHECK_EQ(tbin_count(b16, i16), n0);
-  CHECK_EQ(b16->ndalloc, nd0);
+  CHECK_EQ(tbin_ndalloc(strata_tsd.tcache, i16), nd0);
   CHECK_EQ(u->nlarge_dalloc - ud0, 1);
   strata_free(hold);
 }
@@ -421,7 +421,7 @@ static void *crowd_checker(void *arg) {
   void *p = strata_malloc(4096);
   memset(p, 1, 4096);
   strata_free(p);
-  out[2] = tc->bins[i4k].avail + (tc->bins[i4k].head != NULL); /* 0: nothing cached, no room */
+  out[2] = tc->bins[i4k].avail + (tc->bins[i4k].head != TBIN_END); /* 0: nothing cached, no room */
   void *q = strata_malloc(64);
   strata_free(q);
   out[3] = tbin_count(&tc->bins[i64], i64); /* still cached */
@@ -430,7 +430,7 @@ static void *crowd_checker(void *arg) {
   void *l = strata_malloc(16384);
   memset(l, 2, 16384);
   strata_free(l);
-  out[7] = tc->bins[i16k].avail + (tc->bins[i16k].head != NULL) + (tc->arena->nlarge_dalloc - before16 != 1);
+  out[7] = tc->bins[i16k].avail + (tc->bins[i16k].head != TBIN_END) + (tc->arena->nlarge_dalloc - before16 != 1);
   pthread_barrier_wait(&crowd_done);
   pthread_barrier_wait(&crowd_gone); /* the members have exited */
   out[4] = __atomic_load_n(&tcache_nlive, __ATOMIC_RELAXED);
