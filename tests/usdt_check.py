@@ -75,9 +75,9 @@ def trace(lib, prog, work):
         why = "not root"
     elif not shutil.which("bpftrace"):
         why = "bpftrace not installed"
-    elif not os.path.exists("/sys/kernel/tracing/uprobe_events") and \
+    elif not os.path.isdir("/sys/kernel/tracing") and \
             not os.path.exists("/sys/kernel/debug/tracing/uprobe_events"):
-        why = "no tracefs uprobe_events (uprobes cannot be attached here)"
+        why = "no tracefs (uprobes cannot be attached here)"
     if why:
         print(f"SKIP: bpftrace cannot attach: {why}")
         return 77
@@ -94,17 +94,26 @@ def trace(lib, prog, work):
     t = subprocess.Popen([sys.executable, "-m", "strata_tool", "trace", "-p", str(p.pid), "--duration", "6",
                           "--interval", "0"], env=tenv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        line = t.stderr.readline()
+        # bpftrace's warnings (e.g. RLIMIT_MEMLOCK it may not raise) come before "Attaching".
+        seen = []
+        while True:
+            line = t.stderr.readline()
+            seen.append(line)
+            if not line or "Attaching" in line or line.startswith("strata trace:"):
+                break
         if "Attaching" not in line:
             rest = t.communicate(timeout=60)
-            print(f"SKIP: bpftrace did not attach: {line}{rest[1]}"[:800])
+            print(f"SKIP: bpftrace did not attach: {''.join(seen)}{rest[1]}"[:800])
             return 77
         time.sleep(1.0)  # the probes are in place once bpftrace says so; margin for the semaphore
         os.kill(p.pid, signal.SIGUSR1)
         out, err = t.communicate(timeout=120)
     finally:
-        p.terminate()
+        # SIGKILL: a program still in sigwait (bpftrace never attached) ignores SIGTERM's handler.
+        p.kill()
         p.wait(timeout=30)
+        if t.poll() is None:
+            t.kill()
     print(out)
     rows = {}
     for line in out.splitlines():

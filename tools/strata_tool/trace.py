@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -117,6 +118,25 @@ def report(maps: dict, top: int, out=None) -> list[dict]:
     return rows
 
 
+TRACEFS = "/sys/kernel/tracing"
+
+
+def ensure_tracefs() -> str | None:
+    """Mounts tracefs where it is missing (bpftrace attaches uprobes through its
+    uprobe_events; some systems boot without it mounted). None when uprobes can be
+    attached, else why not."""
+    if os.path.exists(f"{TRACEFS}/uprobe_events") or os.path.exists("/sys/kernel/debug/tracing/uprobe_events"):
+        return None
+    if not os.path.isdir(TRACEFS):
+        return f"{TRACEFS} does not exist (a kernel without tracefs)"
+    r = subprocess.run(["mount", "-t", "tracefs", "nodev", TRACEFS], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"tracefs is not mounted and mounting it failed: {r.stderr.strip() or r.returncode}"
+    if not os.path.exists(f"{TRACEFS}/uprobe_events"):
+        return "the kernel has no uprobe events (CONFIG_UPROBE_EVENTS)"
+    return None
+
+
 def trace(args) -> int:
     if args.print_script:
         print(script(args.lib or "/usr/lib/x86_64-linux-gnu/libstrata.so", args.interval), end="")
@@ -145,27 +165,37 @@ def trace(args) -> int:
     if os.geteuid() != 0:
         print("strata trace: needs root (or CAP_BPF and CAP_PERFMON) to attach uprobes", file=sys.stderr)
         return 2
+    why = ensure_tracefs()
+    if why:
+        print(f"strata trace: uprobes cannot be attached: {why}", file=sys.stderr)
+        return 1
     proc = subprocess.Popen([bt, "-p", str(args.pid), "-e", script(lib, args.interval)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out_lines = []
+    # Raw reads with select: a text stream in non-blocking mode fails when no data is ready
+    # (its decoder is handed None).
+    fd = proc.stdout.fileno()
+    pending = ""
     try:
         deadline = time.monotonic() + args.duration if args.duration else None
-        os.set_blocking(proc.stdout.fileno(), False)
         while proc.poll() is None:
-            chunk = proc.stdout.read()
-            if chunk:
-                out_lines.append(chunk)
-                for line in chunk.splitlines():
-                    if re.match(r"^(\d\d:\d\d:\d\d outstanding|Attaching|ERROR)", line):
-                        print(line, file=sys.stderr, flush=True)
+            ready, _, _ = select.select([fd], [], [], 0.05)
+            if ready:
+                chunk = os.read(fd, 65536).decode("utf-8", "replace")
+                if chunk:
+                    out_lines.append(chunk)
+                    pending += chunk
+                    *lines, pending = pending.split("\n")
+                    for line in lines:
+                        if re.match(r"^(\d\d:\d\d:\d\d outstanding|Attaching|ERROR)", line):
+                            print(line, file=sys.stderr, flush=True)
             if deadline and time.monotonic() > deadline:
                 proc.send_signal(signal.SIGINT)
                 break
-            time.sleep(0.05)
     except KeyboardInterrupt:
         proc.send_signal(signal.SIGINT)
     rest, _ = proc.communicate(timeout=60)
-    text = "".join(out_lines) + (rest or "")
+    text = "".join(out_lines) + (rest or b"").decode("utf-8", "replace")
     if args.raw:
         print(text)
     if proc.returncode not in (0, None) and "@alloc_bytes" not in text:
