@@ -5,11 +5,12 @@
   2. the mallctl prof.dump_request asks the same thread for a dump;
   3. `strata serve --pid A --pid B`: curl reads / and /metrics (both processes' series,
      labelled by pid, read by prometheus_client's OpenMetrics parser; the Prometheus text
-     variant passes `promtool check metrics`); /debug/pprof/heap without ?pid= names the
+     variant passes `promtool check metrics`), and a real Prometheus server scraping it
+     every second holds up == 1 and both processes' series; /debug/pprof/heap without ?pid= names the
      choices; `go tool pprof -top http://.../debug/pprof/heap?pid=A` shows site_alpha
      (16 MiB live) and site_beta (8 MiB) in their proportion, and the request leaves no
      dump file behind.
-Parts whose client is missing (curl, go, prometheus_client, promtool) say so and are
+Parts whose client is missing (curl, go, prometheus_client, promtool, prometheus) say so and are
 skipped."""
 import os, re, shutil, signal, socket, subprocess, sys, time, urllib.error, urllib.request
 
@@ -64,6 +65,7 @@ def main():
     fails = []
     procs = []
     server = None
+    prom_server = None
     try:
         # 1. an idle process dumps on prof_signal
         a, _ = start(lib, prog, "idle", work, "a")
@@ -133,6 +135,11 @@ def main():
                 fails.append(f"promtool check metrics on /metrics?format=prometheus: {r.stdout}{r.stderr}"[:1500])
             else:
                 print("/metrics?format=prometheus: promtool check metrics finds nothing")
+        prom = shutil.which("prometheus")
+        if prom:
+            prom_server = scrape_with_prometheus(prom, port, work, (a.pid, b.pid), fails)
+        else:
+            print("note: prometheus not installed; no real scrape")
         code, msg = get(base + "/debug/pprof/heap")
         if code != 400 or str(a.pid).encode() not in msg:
             fails.append(f"/debug/pprof/heap without pid: {code} {msg[:200]}")
@@ -165,9 +172,57 @@ def main():
         if server:
             server.terminate()
             server.wait(timeout=30)
+        if prom_server:
+            prom_server.terminate()
+            prom_server.wait(timeout=30)
     for f in fails:
         print("FAIL:", f)
     return 1 if fails else 0
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def scrape_with_prometheus(prom, port, work, pids, fails):
+    """A real Prometheus server scrapes `strata serve` every second; its HTTP API must
+    then hold up == 1 and strata_allocated_bytes for every process, labelled by pid."""
+    import json
+    pport = free_port()
+    cfg = os.path.join(work, "prometheus.yml")
+    with open(cfg, "w") as f:
+        f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                "scrape_configs:\n  - job_name: strata\n    static_configs:\n"
+                f"      - targets: ['127.0.0.1:{port}']\n")
+    log = open(os.path.join(work, "prometheus.log"), "w")
+    srv = subprocess.Popen([prom, f"--config.file={cfg}", f"--storage.tsdb.path={work}/tsdb",
+                            f"--web.listen-address=127.0.0.1:{pport}"], stdout=log, stderr=log)
+    api = f"http://127.0.0.1:{pport}/api/v1/query?query="
+
+    def query(q):
+        try:
+            code, body = get(api + urllib.request.quote(q))
+            return json.loads(body)["data"]["result"] if code == 200 else []
+        except (OSError, ValueError, KeyError):
+            return []
+
+    t0 = time.time()
+    want = {str(p) for p in pids}
+    ok = wait_for(lambda: {r["metric"].get("pid") for r in query("strata_allocated_bytes")} >= want and
+                  any(r["value"][1] == "1" for r in query('up{job="strata"}')), 25)
+    if not ok:
+        tail = open(os.path.join(work, "prometheus.log")).read()[-800:]
+        fails.append(f"prometheus scrape: up {query('up')}, series {query('strata_allocated_bytes')}\n{tail}"[:2000])
+    else:
+        got = query("strata_allocated_bytes")
+        print(f"prometheus {time.time() - t0:.1f} s after start: up == 1, strata_allocated_bytes for pids "
+              f"{sorted(r['metric']['pid'] for r in got)} (programs "
+              f"{sorted({r['metric'].get('program', '?') for r in got})})")
+    return srv
 
 
 def _up(base):
