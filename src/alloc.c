@@ -846,6 +846,17 @@ EXPORT void *strata_reallocarray(void *p, size_t n, size_t size) {
 
 /* ---------------------------------------------------------------- aligned */
 static void *aligned_common(size_t align, size_t size) {
+  /* An alignment a class's regions already have is malloc of that class, fast path
+   * included: every class is 16-byte aligned, and up to a page sz_sa2u names the first
+   * class whose size is a multiple of the alignment (memalign(16, n) took ialloc's
+   * generic path, about 186 instructions, in rptest). Hooks see the aligned call itself. */
+  if (likely(!hooks_on())) {
+    if (likely(align <= 16 && size <= SZ_MALLOC_FAST_MAX)) return strata_malloc(size);
+    if (align <= os_page) {
+      size_t usize = sz_sa2u(size ? size : 1, align);
+      if (usize != 0 && usize <= SZ_MALLOC_FAST_MAX) return strata_malloc(usize);
+    }
+  }
   tsd_t *tsd = tsd_fetch();
   void *p = tsd ? ialloc_aligned(tsd, size ? size : 1, align, false, true, NULL) : NULL;
   return p;

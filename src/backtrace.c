@@ -597,7 +597,17 @@ static inline unsigned bt_collect(uintptr_t *frames, unsigned max, int mode) {
   return s.n;
 }
 
+/* A static program sets up the loader state libgcc's unwinder asks (_dl_find_object)
+ * in __libc_init_first, after its first mallocs (_dl_find_object_init's own): a sample
+ * taken there crashed in _Unwind_Find_FDE. Until the program's constructors run (strata's
+ * among them, after that set-up) a static program's samples keep an empty stack.
+ * _DYNAMIC is undefined (weak: NULL) only in a static executable. */
+extern ElfW(Dyn) _DYNAMIC[] __attribute__((weak)); /* link.h declares it; made weak here */
+static bool bt_started;
+__attribute__((constructor)) static void bt_start(void) { __atomic_store_n(&bt_started, true, __ATOMIC_RELEASE); }
+
 NOINLINE unsigned strata_backtrace(uintptr_t *frames, unsigned max) {
+  if (unlikely(!__atomic_load_n(&bt_started, __ATOMIC_ACQUIRE)) && _DYNAMIC == NULL) return 0;
   return bt_collect(frames, max, __atomic_load_n(&strata_bt_mode, __ATOMIC_RELAXED));
 }
 
