@@ -768,7 +768,13 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
   if (usize == 0) return NULL;
   bool aligned_ok = align == 0 || ((uintptr_t)p & (align - 1)) == 0;
   if (aligned_ok && explicit == NULL) {
-    if (usize == old_usize) return p;
+    if (usize == old_usize) {
+      /* Counted as jemalloc counts every resize, in place or not: thread.allocated grows by
+       * the new size and thread.deallocated by the old one. */
+      tsd->allocated += usize;
+      tsd->deallocated += old_usize;
+      return p;
+    }
     /* In place only for blocks the profiler does not hold (a sampled one moves). */
     if (old_ind > SZ_NSMALL && usize > SZ_SMALL_MAX && !tsd->reentrant && !(prof_on && prof_is_sampled(ed))) {
       tsd->reentrant = 1;

@@ -50,6 +50,12 @@ STRATA_EXPORT __attribute__((weak)) const char *strata_malloc_conf = NULL;
 #ifdef STRATA_OVERRIDE
 __attribute__((weak, visibility("default"))) const char *malloc_conf = NULL;
 #endif
+/* jemalloc 5.3's second program string: read after MALLOC_CONF, so that it wins over
+ * every other source (a program that must keep a setting whatever the environment says). */
+STRATA_EXPORT __attribute__((weak)) const char *strata_malloc_conf_2_conf_harder = NULL;
+#ifdef STRATA_OVERRIDE
+__attribute__((weak, visibility("default"))) const char *malloc_conf_2_conf_harder = NULL;
+#endif
 extern char **environ;
 
 unsigned conf_program_strings(const char *str[2], const char *name[2]) {
@@ -739,6 +745,14 @@ void conf_init(void) {
   if (s) problems += conf_parse(&opt, s, "STRATA_CONF");
   s = env_get("MALLOC_CONF", envbuf, sizeof(envbuf));
   if (s) conf_sources[CONF_SRC_ENV] = s, problems += conf_parse(&opt, s, "MALLOC_CONF");
+  const char *harder = strata_malloc_conf_2_conf_harder, *harder_name = "strata_malloc_conf_2_conf_harder";
+#ifdef STRATA_OVERRIDE
+  if (malloc_conf_2_conf_harder != NULL) harder = malloc_conf_2_conf_harder, harder_name = "malloc_conf_2_conf_harder";
+#endif
+  if (harder != NULL) {
+    conf_sources[CONF_SRC_GLOBAL2] = harder; /* opt.malloc_conf.global_var_2_conf_harder */
+    problems += conf_parse(&opt, harder, harder_name);
+  }
   if (opt.stats_interval >= 0) { /* hooks.c's tick, which rides on bg_create_pending */
     __atomic_store_n(&slow_tick_on, true, __ATOMIC_RELEASE);
     __atomic_store_n(&bg_create_pending, true, __ATOMIC_RELEASE);

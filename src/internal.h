@@ -931,7 +931,7 @@ HIDDEN void conf_print(const opt_t *o);
 /* The program's options strings (malloc_conf, strata_malloc_conf) that are set, in the
  * order they apply, with their names; returns how many. */
 HIDDEN unsigned conf_program_strings(const char *str[2], const char *name[2]);
-enum { CONF_SRC_FILE, CONF_SRC_ENV, CONF_SRC_GLOBAL, CONF_SRC_N }; /* opt.malloc_conf.* positions */
+enum { CONF_SRC_FILE, CONF_SRC_ENV, CONF_SRC_GLOBAL, CONF_SRC_GLOBAL2, CONF_SRC_N }; /* opt.malloc_conf.* positions */
 HIDDEN const char *conf_source_string(unsigned src); /* "" if that source gave nothing */
 
 /* ------------------------------------------------------------------ init.c */

@@ -278,6 +278,12 @@ TEST(test_conf_malloc_conf_overrides_strata_conf)
     CHECK_EQ(run_ok(CONF_PROBE_SYMBOL, "narenas:5", "narenas:2").narenas, 5);
 }
 
+TEST(test_conf_malloc_conf_2_conf_harder_wins_over_every_source)
+{
+    CHECK_EQ(run_ok(CONF_PROBE_HARDER, NULL, NULL).narenas, 4);
+    CHECK_EQ(run_ok(CONF_PROBE_HARDER, "narenas:5", "narenas:2").narenas, 4);
+}
+
 TEST(test_conf_narenas_1_works)
 {
     probe_out_t p = run_ok(CONF_PROBE, "narenas:1", NULL);

@@ -82,6 +82,29 @@ TEST(test_thread_allocatedp_points_at_live_counters)
     for (int i = 0; i < 20000; i++) free(keep[i]);
 }
 
+/* jemalloc counts every resize in thread.allocated / thread.deallocated, also one that keeps
+ * the block where it is (jemalloc's test/unit/zero_realloc_alloc.c relies on it). */
+TEST(test_in_place_realloc_counts_in_thread_allocated)
+{
+    uint64_t a0, a1, d0, d1;
+    size_t len = sizeof(uint64_t);
+    void *p = malloc(10);
+    CHECK(p != NULL);
+    CHECK_EQ(mallctl("thread.allocated", &a0, &len, NULL, 0), 0);
+    CHECK_EQ(mallctl("thread.deallocated", &d0, &len, NULL, 0), 0);
+    void *q = realloc(p, 12); /* the same size class: stays in place */
+    CHECK(q == p, "realloc(p, 12) of a 10-byte block moved it");
+    q = rallocx(q, 11, 0);
+    CHECK(q == p, "rallocx(p, 11) of a 10-byte block moved it");
+    CHECK_EQ(mallctl("thread.allocated", &a1, &len, NULL, 0), 0);
+    CHECK_EQ(mallctl("thread.deallocated", &d1, &len, NULL, 0), 0);
+    size_t u = malloc_usable_size(q);
+    CHECK(a1 - a0 == 2 * u && d1 - d0 == 2 * u,
+          "two in-place resizes of a %zu-byte block moved thread.allocated by %ju, thread.deallocated by %ju",
+          u, (uintmax_t)(a1 - a0), (uintmax_t)(d1 - d0));
+    free(q);
+}
+
 TEST(test_arena_dss_reads_disabled_and_refuses_sbrk)
 {
     const char *v = NULL;
