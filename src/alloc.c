@@ -827,7 +827,10 @@ EXPORT void *strata_realloc(void *p, size_t size) {
       strata_free(p);
       return NULL;
     }
-    if (opt.zero_realloc == ZR_ABORT) strata_fatal("realloc(non-null pointer, 0) with zero_realloc:abort");
+    if (opt.zero_realloc == ZR_ABORT) {
+      strata_zero_realloc_abort();
+      return NULL;
+    }
     size = 1; /* zero_realloc:alloc: a minimal block, as realloc(p, 1) */
   }
   tsd_t *tsd = tsd_fetch();

@@ -122,6 +122,20 @@ void strata_heap_corruption(const void *at, unsigned ind) {
   safety_fail(parts, 5, NULL);
 }
 
+/* realloc(p, 0) under zero_realloc:abort. Nothing has changed yet, so, as jemalloc, a
+ * program's safety_check_abort hook gets the message and realloc goes on (returning NULL,
+ * p intact); without a hook strata prints it and aborts. */
+void strata_zero_realloc_abort(void) {
+  static const char msg[] = "<strata>: realloc(non-null pointer, 0) with zero_realloc:abort\n";
+  safety_check_hook_t *h = __atomic_load_n(&safety_check_hook, __ATOMIC_ACQUIRE);
+  if (h) {
+    h(msg);
+    return;
+  }
+  msg_write(msg);
+  abort();
+}
+
 void strata_fatal(const char *what) {
   const char *parts[] = {"<strata>: fatal: ", what, "\n"};
   msg_parts(parts, 3);

@@ -514,6 +514,35 @@ TEST(test_zero_realloc_modes)
     free(q);
 }
 
+/* zero_realloc:abort goes through the safety_check_abort hook as jemalloc's does: with a
+ * hook set, the hook gets the message and realloc returns NULL with the block intact. */
+static int zero_realloc_hook_calls;
+static void on_zero_realloc(const char *msg)
+{
+    if (strstr(msg, "zero_realloc:abort")) zero_realloc_hook_calls++;
+}
+
+TEST(test_zero_realloc_abort_calls_the_safety_check_hook)
+{
+    if (!in_child()) {
+        check_child_t *r = rerun("test_zero_realloc_abort_calls_the_safety_check_hook", "zero_realloc:abort");
+        CHECK_CHILD_EXITED_0(r);
+        return;
+    }
+    void (*h)(const char *) = on_zero_realloc;
+    CHECK_EQ(mallctl("experimental.hooks.safety_check_abort", NULL, NULL, &h, sizeof h), 0);
+    char *p = malloc(42);
+    CHECK(p != NULL);
+    memset(p, 0x5a, 42);
+    void *q = realloc(p, 0);
+    CHECK(q == NULL && zero_realloc_hook_calls == 1, "realloc(p, 0) returned %p, hook called %d times", q,
+          zero_realloc_hook_calls);
+    CHECK(p[41] == 0x5a);
+    free(p);
+    h = NULL;
+    CHECK_EQ(mallctl("experimental.hooks.safety_check_abort", NULL, NULL, &h, sizeof h), 0);
+}
+
 TEST(test_stats_interval_prints_as_the_program_allocates)
 {
     if (!in_child()) {
