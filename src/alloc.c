@@ -701,8 +701,11 @@ static NOINLINE void sized_free_slow(void *p, size_t size, size_t align, bool us
   szind_t ind;
   edata_t *ed = lookup_owned(p, &ind, func);
   size_t want = sz_sa2u(size ? size : 1, align);
-  if (unlikely(want == 0 || sz_size2index(want) != ind))
-    strata_size_mismatch(func, p, size, align, sz_size[ind]);
+  if (unlikely(want == 0 || sz_size2index(want) != ind)) {
+    strata_size_mismatch(func, p, size, align, sz_size[ind]); /* returns where a hook is set */
+    errno = saved;
+    return;
+  }
   if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free(func, p); /* freed twice */
   idalloc(&strata_tsd, p, ed, ind, use_tcache);
   errno = saved;

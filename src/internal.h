@@ -42,7 +42,7 @@ HIDDEN NORETURN void strata_invalid_free(const char *func, const void *p);
 HIDDEN NORETURN void strata_fatal(const char *what);
 HIDDEN void strata_zero_realloc_abort(void); /* returns only where a safety_check_abort hook is set */
 /* A sized free whose size (and alignment) names another class than the block's. */
-HIDDEN NORETURN void strata_size_mismatch(const char *func, const void *p, size_t size, size_t align,
+HIDDEN void strata_size_mismatch(const char *func, const void *p, size_t size, size_t align,
                                           size_t usize);
 /* A free-list link that decodes to no possible region: "heap corruption detected at
  * <slot> (free list of class N)", then abort. */

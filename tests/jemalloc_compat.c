@@ -239,6 +239,38 @@ TEST(test_safety_check_abort_hook_gets_the_message)
           check_status_str(r.status), r.err);
 }
 
+/* A sized free with another class's size, under a safety_check_abort hook: the hook gets
+ * the message naming the block, the call returns and the block stays allocated (jemalloc
+ * leaks it likewise); without a hook strata aborts (misuse tests). */
+static char size_mismatch_msg[512];
+static void on_size_mismatch(const char *msg)
+{
+    snprintf(size_mismatch_msg, sizeof size_mismatch_msg, "%s", msg);
+}
+
+TEST(test_sized_free_mismatch_calls_the_hook_and_returns)
+{
+    void (*h)(const char *) = on_size_mismatch;
+    CHECK_EQ(mallctl("experimental.hooks.safety_check_abort", NULL, NULL, &h, sizeof h), 0);
+    size_t sizes[] = {14336, 16384, 100000};
+    for (int i = 0; i < 3; i++) {
+        char *p = malloc(sizes[i]);
+        CHECK(p != NULL);
+        memset(p, 0x33, sizes[i]);
+        size_mismatch_msg[0] = '\0';
+        char want[64];
+        snprintf(want, sizeof want, "%p", (void *)p);
+        sdallocx(p, sizes[i] * 2, 0);
+        CHECK(strstr(size_mismatch_msg, "does not match") && strstr(size_mismatch_msg, want + 2),
+              "sdallocx(%p, %zu) of a %zu-byte block: hook message \"%s\"", (void *)p, sizes[i] * 2, sizes[i],
+              size_mismatch_msg);
+        CHECK(p[0] == 0x33 && p[sizes[i] - 1] == 0x33, "the block changed after a refused sized free");
+        free(p);
+    }
+    h = NULL;
+    CHECK_EQ(mallctl("experimental.hooks.safety_check_abort", NULL, NULL, &h, sizeof h), 0);
+}
+
 TEST(test_batch_alloc_fills_the_packet)
 {
     struct {
