@@ -886,6 +886,10 @@ typedef struct {
   unsigned zero_realloc;     /* ZR_*: what realloc(p, 0) does */
   int64_t stats_interval;    /* print statistics every N bytes allocated; -1 off */
   char stats_interval_opts[32];
+  /* slab_sizes: for the small classes of size begin..end, slabs of pages pages (jemalloc's
+   * "begin-end:pages|..."; later ranges win); sz_init applies them to the usual geometry. */
+  unsigned n_slab_sizes;
+  struct { uint64_t begin, end, pages; } slab_sizes[16];
 } opt_t;
 enum { ZR_FREE, ZR_ALLOC, ZR_ABORT };
 /* Out of memory in an allocating call: errno, and opt.xmalloc's abort (alloc.c). */

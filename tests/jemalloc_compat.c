@@ -271,6 +271,47 @@ TEST(test_sized_free_mismatch_calls_the_hook_and_returns)
     CHECK_EQ(mallctl("experimental.hooks.safety_check_abort", NULL, NULL, &h, sizeof h), 0);
 }
 
+/* slab_sizes: the usual slab of each class in a range has that many pages (clamped to
+ * what one region needs), arenas.bin.<i>.slab_size and nregs say so, and the classes
+ * work: jemalloc's integration test slab_sizes.sh's setting. */
+TEST(test_slab_sizes_sets_the_slab_geometry)
+{
+    if (!in_child()) {
+        check_child_t *r = rerun("test_slab_sizes_sets_the_slab_geometry", "slab_sizes:1-4096:17|100-200:1|128-128:2");
+        CHECK_CHILD_EXITED_0(r);
+        return;
+    }
+    unsigned nbins;
+    size_t page, len = sizeof nbins;
+    CHECK_EQ(mallctl("arenas.nbins", &nbins, &len, NULL, 0), 0);
+    len = sizeof page;
+    CHECK_EQ(mallctl("arenas.page", &page, &len, NULL, 0), 0);
+    for (unsigned i = 0; i < nbins; i++) {
+        char name[64];
+        size_t size, slab;
+        uint32_t nregs;
+        len = sizeof size;
+        snprintf(name, sizeof name, "arenas.bin.%u.size", i);
+        CHECK_EQ(mallctl(name, &size, &len, NULL, 0), 0);
+        snprintf(name, sizeof name, "arenas.bin.%u.slab_size", i);
+        CHECK_EQ(mallctl(name, &slab, &len, NULL, 0), 0);
+        len = sizeof nregs;
+        snprintf(name, sizeof name, "arenas.bin.%u.nregs", i);
+        CHECK_EQ(mallctl(name, &nregs, &len, NULL, 0), 0);
+        size_t want = size == 128 ? 2 * page : size >= 100 && size <= 200 ? page : size <= 4096 ? 17 * page : 0;
+        if (want && want < size) want = (size + page - 1) / page * page; /* one region at least */
+        if (want && want / size > 8192) want = 8192 * size / page * page;  /* the bitmap's 8,192 regions */
+        if (want) CHECK(slab == want, "class %zu: slab_size %zu, want %zu", size, slab, want);
+        CHECK(nregs == slab / size, "class %zu: nregs %u in a %zu-byte slab", size, nregs, slab);
+        void *p[300];
+        for (int k = 0; k < 300; k++) {
+            p[k] = mallocx(size, 0);
+            CHECK(p[k] != NULL && sallocx(p[k], 0) >= size); /* the 8-byte class serves from 16 */
+        }
+        for (int k = 0; k < 300; k++) dallocx(p[k], 0);
+    }
+}
+
 TEST(test_batch_alloc_fills_the_packet)
 {
     struct {
