@@ -118,6 +118,8 @@ STRATA_EXPORT void strata_malloc_stats_print(void (*write_cb)(void *, const char
  * program compiles in, `const char *malloc_conf = "narenas:2,dirty_decay_ms:5000";`,
  * read at initialisation before /etc/strata.conf, STRATA_CONF and MALLOC_CONF (later
  * sources win; where a program defines both names, strata_malloc_conf is read second).
+ * strata_malloc_conf_2_conf_harder / malloc_conf_2_conf_harder: a second such string,
+ * read after MALLOC_CONF, so that its settings win over every other source.
  * strata's own definitions are weak and NULL: the program's definition replaces them in a
  * static link and in a dynamic one (under LD_PRELOAD only if the program exports it).
  * strata_malloc_message / malloc_message: when the program sets it, strata's messages
@@ -126,6 +128,7 @@ STRATA_EXPORT void strata_malloc_stats_print(void (*write_cb)(void *, const char
  * to stderr by write(2). It may be called early, from a failing free or a signal-handler
  * re-entry, or with strata's locks held: it must not allocate. */
 STRATA_EXPORT extern const char *strata_malloc_conf;
+STRATA_EXPORT extern const char *strata_malloc_conf_2_conf_harder;
 STRATA_EXPORT extern void (*strata_malloc_message)(void *cbopaque, const char *s);
 
 /* ---- Memory events (strata's own). A callback runs on strata's monitor thread, never
@@ -181,6 +184,7 @@ int mallctlnametomib(const char *name, size_t *mibp, size_t *miblenp);
 int mallctlbymib(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen);
 void malloc_stats_print(void (*write_cb)(void *, const char *), void *cbopaque, const char *opts);
 extern const char *malloc_conf;
+extern const char *malloc_conf_2_conf_harder;
 extern void (*malloc_message)(void *cbopaque, const char *s);
 #endif
 

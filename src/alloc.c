@@ -701,8 +701,11 @@ static NOINLINE void sized_free_slow(void *p, size_t size, size_t align, bool us
   szind_t ind;
   edata_t *ed = lookup_owned(p, &ind, func);
   size_t want = sz_sa2u(size ? size : 1, align);
-  if (unlikely(want == 0 || sz_size2index(want) != ind))
-    strata_size_mismatch(func, p, size, align, sz_size[ind]);
+  if (unlikely(want == 0 || sz_size2index(want) != ind)) {
+    strata_size_mismatch(func, p, size, align, sz_size[ind]); /* returns where a hook is set */
+    errno = saved;
+    return;
+  }
   if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free(func, p); /* freed twice */
   idalloc(&strata_tsd, p, ed, ind, use_tcache);
   errno = saved;
@@ -768,7 +771,13 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
   if (usize == 0) return NULL;
   bool aligned_ok = align == 0 || ((uintptr_t)p & (align - 1)) == 0;
   if (aligned_ok && explicit == NULL) {
-    if (usize == old_usize) return p;
+    if (usize == old_usize) {
+      /* Counted as jemalloc counts every resize, in place or not: thread.allocated grows by
+       * the new size and thread.deallocated by the old one. */
+      tsd->allocated += usize;
+      tsd->deallocated += old_usize;
+      return p;
+    }
     /* In place only for blocks the profiler does not hold (a sampled one moves). */
     if (old_ind > SZ_NSMALL && usize > SZ_SMALL_MAX && !tsd->reentrant && !(prof_on && prof_is_sampled(ed))) {
       tsd->reentrant = 1;
@@ -821,7 +830,10 @@ EXPORT void *strata_realloc(void *p, size_t size) {
       strata_free(p);
       return NULL;
     }
-    if (opt.zero_realloc == ZR_ABORT) strata_fatal("realloc(non-null pointer, 0) with zero_realloc:abort");
+    if (opt.zero_realloc == ZR_ABORT) {
+      strata_zero_realloc_abort();
+      return NULL;
+    }
     size = 1; /* zero_realloc:alloc: a minimal block, as realloc(p, 1) */
   }
   tsd_t *tsd = tsd_fetch();

@@ -50,6 +50,12 @@ STRATA_EXPORT __attribute__((weak)) const char *strata_malloc_conf = NULL;
 #ifdef STRATA_OVERRIDE
 __attribute__((weak, visibility("default"))) const char *malloc_conf = NULL;
 #endif
+/* jemalloc 5.3's second program string: read after MALLOC_CONF, so that it wins over
+ * every other source (a program that must keep a setting whatever the environment says). */
+STRATA_EXPORT __attribute__((weak)) const char *strata_malloc_conf_2_conf_harder = NULL;
+#ifdef STRATA_OVERRIDE
+__attribute__((weak, visibility("default"))) const char *malloc_conf_2_conf_harder = NULL;
+#endif
 extern char **environ;
 
 unsigned conf_program_strings(const char *str[2], const char *name[2]) {
@@ -72,7 +78,7 @@ static const char *const known_keys[] = {
     "stats_file", "stats_labels", "stats_interval_ms", "stats_metrics_detail", "guard_sample_interval", "commit_limit",
     "tcache_total_max", "prof", "prof_active", "prof_thread_active_init", "lg_prof_sample", "prof_prefix",
     "lg_prof_interval", "prof_gdump", "prof_final", "prof_leak", "prof_accum", "prof_format", "prof_signal",
-    "xmalloc", "zero_realloc", "experimental_infallible_new", "prof_leak_error", "stats_interval",
+    "xmalloc", "zero_realloc", "slab_sizes", "experimental_infallible_new", "prof_leak_error", "stats_interval",
     "stats_interval_opts", "lg_tcache_max", "soft_limit", "hard_limit", "pressure_purge", NULL};
 
 /* jemalloc 5.3's options that mean nothing in strata: accepted (never a problem, even
@@ -106,7 +112,6 @@ static const conf_noop_t noop_keys[] = {
     {"san_guard_small", NV_INT, "use guard_sample_interval"},
     {"san_guard_large", NV_INT, "use guard_sample_interval"},
     {"lg_san_uaf_align", NV_INT, "use guard_sample_interval"},
-    {"slab_sizes", NV_STR, "slab geometry is chosen per class to bound tail waste"},
     {"tcache_nslots_small_min", NV_INT, WHY_TC},
     {"tcache_nslots_small_max", NV_INT, WHY_TC},
     {"tcache_nslots_large", NV_INT, WHY_TC},
@@ -517,6 +522,31 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
         report("invalid value", k, klen, v, vlen, source, "an integer from 0 to 23 (log2 of tcache_max)");
         problems++;
       }
+    } else if (key_is(k, klen, "slab_sizes")) {
+      /* jemalloc's syntax: begin-end:pages, '|'-separated; checked whole before any is kept. */
+      unsigned n = 0;
+      bool ok = vlen > 0;
+      for (size_t i = 0; ok && i < vlen;) {
+        size_t j = i;
+        while (j < vlen && v[j] != '|') j++;
+        const char *seg = v + i, *dash = memchr(seg, '-', j - i), *colon = memchr(seg, ':', j - i);
+        uint64_t b0, e0, pg;
+        ok = n < sizeof(o->slab_sizes) / sizeof(o->slab_sizes[0]) && dash && colon && dash < colon &&
+             parse_size(seg, (size_t)(dash - seg), UINT64_MAX, &b0) &&
+             parse_size(dash + 1, (size_t)(colon - dash - 1), UINT64_MAX, &e0) &&
+             parse_size(colon + 1, (size_t)(v + j - colon - 1), 1u << 20, &pg) && b0 <= e0 && pg >= 1;
+        if (ok) o->slab_sizes[n].begin = b0, o->slab_sizes[n].end = e0, o->slab_sizes[n++].pages = pg;
+        i = j + 1;
+        if (j + 1 == vlen) ok = false; /* a trailing '|' */
+      }
+      if (ok) {
+        o->n_slab_sizes = n;
+      } else {
+        report("invalid value", k, klen, v, vlen, source,
+               "<begin>-<end>:<pages>[|<begin>-<end>:<pages>...], sizes in bytes, begin <= end, pages >= 1, "
+               "at most 16 ranges");
+        problems++;
+      }
     } else if (key_is(k, klen, "zero_realloc")) {
       if (key_is(v, vlen, "free")) {
         o->zero_realloc = ZR_FREE;
@@ -739,6 +769,14 @@ void conf_init(void) {
   if (s) problems += conf_parse(&opt, s, "STRATA_CONF");
   s = env_get("MALLOC_CONF", envbuf, sizeof(envbuf));
   if (s) conf_sources[CONF_SRC_ENV] = s, problems += conf_parse(&opt, s, "MALLOC_CONF");
+  const char *harder = strata_malloc_conf_2_conf_harder, *harder_name = "strata_malloc_conf_2_conf_harder";
+#ifdef STRATA_OVERRIDE
+  if (malloc_conf_2_conf_harder != NULL) harder = malloc_conf_2_conf_harder, harder_name = "malloc_conf_2_conf_harder";
+#endif
+  if (harder != NULL) {
+    conf_sources[CONF_SRC_GLOBAL2] = harder; /* opt.malloc_conf.global_var_2_conf_harder */
+    problems += conf_parse(&opt, harder, harder_name);
+  }
   if (opt.stats_interval >= 0) { /* hooks.c's tick, which rides on bg_create_pending */
     __atomic_store_n(&slow_tick_on, true, __ATOMIC_RELEASE);
     __atomic_store_n(&bg_create_pending, true, __ATOMIC_RELEASE);

@@ -667,7 +667,7 @@ static const ctl_node_t n_opt_malloc_conf[] = {
     LEAF_H("symlink", CT_STR, h_opt_malloc_conf, F_NOPRINT, "/etc/strata.conf (strata reads no /etc/malloc.conf link)"),
     LEAF_H("env_var", CT_STR, h_opt_malloc_conf, F_NOPRINT, "MALLOC_CONF as read at start"),
     LEAF_H("global_var", CT_STR, h_opt_malloc_conf, F_NOPRINT, "the program's malloc_conf"),
-    LEAF_H("global_var_2_conf_harder", CT_STR, h_opt_malloc_conf, F_NOPRINT, "none in strata"),
+    LEAF_H("global_var_2_conf_harder", CT_STR, h_opt_malloc_conf, F_NOPRINT, "the program's malloc_conf_2_conf_harder"),
     END};
 
 static const ctl_node_t n_opt[] = {

@@ -40,8 +40,9 @@ HIDDEN char *fmt_u64(char *buf, uint64_t v);  /* returns buf, NUL-terminated */
 HIDDEN char *fmt_hex(char *buf, uint64_t v);  /* "0x..." */
 HIDDEN NORETURN void strata_invalid_free(const char *func, const void *p);
 HIDDEN NORETURN void strata_fatal(const char *what);
+HIDDEN void strata_zero_realloc_abort(void); /* returns only where a safety_check_abort hook is set */
 /* A sized free whose size (and alignment) names another class than the block's. */
-HIDDEN NORETURN void strata_size_mismatch(const char *func, const void *p, size_t size, size_t align,
+HIDDEN void strata_size_mismatch(const char *func, const void *p, size_t size, size_t align,
                                           size_t usize);
 /* A free-list link that decodes to no possible region: "heap corruption detected at
  * <slot> (free list of class N)", then abort. */
@@ -885,6 +886,10 @@ typedef struct {
   unsigned zero_realloc;     /* ZR_*: what realloc(p, 0) does */
   int64_t stats_interval;    /* print statistics every N bytes allocated; -1 off */
   char stats_interval_opts[32];
+  /* slab_sizes: for the small classes of size begin..end, slabs of pages pages (jemalloc's
+   * "begin-end:pages|..."; later ranges win); sz_init applies them to the usual geometry. */
+  unsigned n_slab_sizes;
+  struct { uint64_t begin, end, pages; } slab_sizes[16];
 } opt_t;
 enum { ZR_FREE, ZR_ALLOC, ZR_ABORT };
 /* Out of memory in an allocating call: errno, and opt.xmalloc's abort (alloc.c). */
@@ -931,7 +936,7 @@ HIDDEN void conf_print(const opt_t *o);
 /* The program's options strings (malloc_conf, strata_malloc_conf) that are set, in the
  * order they apply, with their names; returns how many. */
 HIDDEN unsigned conf_program_strings(const char *str[2], const char *name[2]);
-enum { CONF_SRC_FILE, CONF_SRC_ENV, CONF_SRC_GLOBAL, CONF_SRC_N }; /* opt.malloc_conf.* positions */
+enum { CONF_SRC_FILE, CONF_SRC_ENV, CONF_SRC_GLOBAL, CONF_SRC_GLOBAL2, CONF_SRC_N }; /* opt.malloc_conf.* positions */
 HIDDEN const char *conf_source_string(unsigned src); /* "" if that source gave nothing */
 
 /* ------------------------------------------------------------------ init.c */

@@ -998,6 +998,8 @@ int prof_ctl_thread_name(const size_t *mib, size_t miblen, void *oldp, size_t *o
                          size_t newlen) {
   (void)mib, (void)miblen;
   NEED_PROF();
+  /* jemalloc: a read or a write, not both in one call. */
+  if (newp != NULL && oldp != NULL) return EPERM;
   const char *cur = prof_td.name;
   int r = ctl_copy_out(oldp, oldlenp, &cur, sizeof(cur));
   if (r) return r;
@@ -1006,11 +1008,13 @@ int prof_ctl_thread_name(const size_t *mib, size_t miblen, void *oldp, size_t *o
     const char *s = *(const char **)newp;
     if (s == NULL) return EFAULT;
     size_t l = strlen(s);
-    if (l >= sizeof(prof_td.name)) return EINVAL;
+    /* A longer name is cut to fit, as jemalloc cuts it (its PROF_THREAD_NAME_MAX_LEN). */
+    if (l >= sizeof(prof_td.name)) l = sizeof(prof_td.name) - 1;
     for (size_t i = 0; i < l; i++) {
       if (s[i] < 0x20 || s[i] == 0x7f) return EFAULT; /* jemalloc: printable characters only */
     }
-    memcpy(prof_td.name, s, l + 1);
+    memcpy(prof_td.name, s, l);
+    prof_td.name[l] = '\0';
     if (prof_td.thr) { /* this thread's record in dumps */
       tsd_t *tsd = tsd_fetch();
       if (tsd == NULL) return EAGAIN;

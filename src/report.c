@@ -106,12 +106,26 @@ void strata_invalid_free(const char *func, const void *p) {
   safety_fail(parts, 5, p);
 }
 
+/* A sized free whose size names another class: nothing is freed yet, so, as jemalloc, a
+ * program's safety_check_abort hook gets the message and the call returns, leaving the block
+ * allocated (a leak is safe; freeing it into the wrong bin is not). Without a hook: abort. */
 void strata_size_mismatch(const char *func, const void *p, size_t size, size_t align, size_t usize) {
   char hex[24], sz[24], al[24], us[24];
   const char *parts[] = {"<strata>: ", func, "(): size ", fmt_u64(sz, size), align ? " (alignment " : "",
                          align ? fmt_u64(al, align) : "", align ? ")" : "",
                          " does not match the block at ", fmt_hex(hex, (uintptr_t)p), " (usable size ",
                          fmt_u64(us, usize), ")\n"};
+  safety_check_hook_t *h = __atomic_load_n(&safety_check_hook, __ATOMIC_ACQUIRE);
+  if (h) {
+    char buf[512];
+    size_t len = 0;
+    for (int i = 0; i < 12; i++) {
+      for (const char *c = parts[i]; *c && len < sizeof(buf) - 1; c++) buf[len++] = *c;
+    }
+    buf[len] = '\0';
+    h(buf);
+    return;
+  }
   safety_fail(parts, 12, NULL);
 }
 
@@ -120,6 +134,20 @@ void strata_heap_corruption(const void *at, unsigned ind) {
   const char *parts[] = {"<strata>: heap corruption detected at ", fmt_hex(hex, (uintptr_t)at), " (free list of class ",
                          fmt_u64(num, ind), ")\n"};
   safety_fail(parts, 5, NULL);
+}
+
+/* realloc(p, 0) under zero_realloc:abort. Nothing has changed yet, so, as jemalloc, a
+ * program's safety_check_abort hook gets the message and realloc goes on (returning NULL,
+ * p intact); without a hook strata prints it and aborts. */
+void strata_zero_realloc_abort(void) {
+  static const char msg[] = "<strata>: realloc(non-null pointer, 0) with zero_realloc:abort\n";
+  safety_check_hook_t *h = __atomic_load_n(&safety_check_hook, __ATOMIC_ACQUIRE);
+  if (h) {
+    h(msg);
+    return;
+  }
+  msg_write(msg);
+  abort();
 }
 
 void strata_fatal(const char *what) {

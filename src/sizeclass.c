@@ -85,6 +85,24 @@ static size_t slab_fit(size_t size, size_t minp, size_t maxp) {
   return best;
 }
 
+/* slab_sizes (jemalloc's option): the usual slab of a class in a range gets that many pages,
+ * clamped as jemalloc clamps them (sc.c): at least the pages one region needs, at most what
+ * the slab bitmap holds (8,192 regions: slab.c's largest bitmap block, jemalloc's
+ * BITMAP_MAXBITS plays that part) and what free()'s region-start test is exact for. The
+ * crowded and busy geometries follow from the usual one as without the option. */
+static size_t slab_sizes_apply(size_t size, size_t best) {
+  for (unsigned r = 0; r < opt.n_slab_sizes; r++) {
+    if (size < opt.slab_sizes[r].begin || size > opt.slab_sizes[r].end) continue;
+    size_t minp = (size + os_page - 1) / os_page, maxp = 8192 * size / os_page;
+    while (maxp > minp && ((uint64_t)(maxp * os_page + size) * size >= ((uint64_t)1 << 32) ||
+                           maxp * os_page / size > 8192))
+      maxp--;
+    size_t pg = opt.slab_sizes[r].pages < minp ? minp : opt.slab_sizes[r].pages > maxp ? maxp : opt.slab_sizes[r].pages;
+    best = pg * os_page;
+  }
+  return best;
+}
+
 void sz_init(void) {
   for (szind_t i = 1; i <= SZ_NCLASSES; i++) sz_size[i] = class_size(i);
   /* The tables by walking the classes and buckets once (the smallest class that holds s;
@@ -118,6 +136,7 @@ void sz_init(void) {
     size_t smin = size <= SLAB_TINY_MAX ? SLAB_MIN_TINY : SLAB_MIN;
     size_t minp = smin > os_page ? smin / os_page : 1;
     size_t best = slab_fit(size, minp, minp * SLAB_MAX_MULT);
+    best = slab_sizes_apply(size, best);
     bin_info_t *bi = &bin_info[i];
     bi->size = size;
     bi->slab_size = best;

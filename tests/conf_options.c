@@ -115,7 +115,10 @@ TEST(test_conf_invalid_value_is_reported_and_default_kept)
     unsigned def = default_narenas();
     static const char *cases[][2] = {{"narenas:x", "narenas"}, {"tcache:maybe", "tcache"},
                                      {"narenas:-3", "narenas"}, {"narenas:", "narenas"},
-                                     {"tcache_total_max:lots", "tcache_total_max"}};
+                                     {"tcache_total_max:lots", "tcache_total_max"},
+                                     {"slab_sizes:1-4096", "slab_sizes"}, {"slab_sizes:200-100:2", "slab_sizes"},
+                                     {"slab_sizes:1-64:0", "slab_sizes"}, {"slab_sizes:1-64:2|", "slab_sizes"},
+                                     {"slab_sizes:a-b:c", "slab_sizes"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         check_child_t *r = run(CONF_PROBE, NULL, cases[i][0], NULL);
         CHECK_CHILD_EXITED_0(r);
@@ -195,7 +198,8 @@ TEST(test_conf_every_jemalloc_option_is_accepted_under_abort_conf)
         "experimental_infallible_new:false,junk:false,lg_prof_interval:-1,lg_prof_sample:19,lg_tcache_max:15,"
         "max_background_threads:4,metadata_thp:disabled,muzzy_decay_ms:0,narenas:4,oversize_threshold:8388608,"
         "prof:false,prof_accum:false,prof_active:true,prof_final:false,prof_gdump:false,prof_leak:false,"
-        "prof_leak_error:false,prof_prefix:jeprof,prof_thread_active_init:true,retain:true,stats_interval:-1,"
+        "prof_leak_error:false,prof_prefix:jeprof,prof_thread_active_init:true,retain:true,slab_sizes:1-4096:1,"
+        "stats_interval:-1,"
         "stats_interval_opts:J,stats_print:false,stats_print_opts:J,tcache:true,tcache_max:32768,thp:default,"
         "xmalloc:false,zero:false,zero_realloc:free";
     static const char *const noop[] = {
@@ -214,7 +218,7 @@ TEST(test_conf_every_jemalloc_option_is_accepted_under_abort_conf)
         "process_madvise_max_batch:0", "prof_bt_max:128", "prof_log:false", "prof_pid_namespace:false",
         "prof_recent_alloc_max:-1", "prof_stats:false", "prof_sys_thread_name:false",
         "prof_time_resolution:default", "prof_unbias:true", "san_guard_large:0", "san_guard_small:0",
-        "slab_sizes:1-4096:1", "tcache_gc_delay_bytes:0", "tcache_gc_incr_bytes:65536",
+        "tcache_gc_delay_bytes:0", "tcache_gc_incr_bytes:65536",
         "tcache_ncached_max:1-1024:8", "tcache_nslots_large:20", "tcache_nslots_small_max:200",
         "tcache_nslots_small_min:20", "trust_madvise:false", "utrace:false"};
     static char all[4000];
@@ -276,6 +280,12 @@ TEST(test_conf_malloc_conf_overrides_strata_conf)
 {
     CHECK_EQ(run_ok(CONF_PROBE, "narenas:5", "narenas:2").narenas, 5);
     CHECK_EQ(run_ok(CONF_PROBE_SYMBOL, "narenas:5", "narenas:2").narenas, 5);
+}
+
+TEST(test_conf_malloc_conf_2_conf_harder_wins_over_every_source)
+{
+    CHECK_EQ(run_ok(CONF_PROBE_HARDER, NULL, NULL).narenas, 4);
+    CHECK_EQ(run_ok(CONF_PROBE_HARDER, "narenas:5", "narenas:2").narenas, 4);
 }
 
 TEST(test_conf_narenas_1_works)

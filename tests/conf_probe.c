@@ -12,6 +12,9 @@
 #ifdef CONF_PROBE_MALLOC_CONF
 const char *malloc_conf = CONF_PROBE_MALLOC_CONF;
 #endif
+#ifdef CONF_PROBE_MALLOC_CONF_2
+const char *malloc_conf_2_conf_harder = CONF_PROBE_MALLOC_CONF_2;
+#endif
 
 static void *work(void *arg)
 {

@@ -82,6 +82,29 @@ TEST(test_thread_allocatedp_points_at_live_counters)
     for (int i = 0; i < 20000; i++) free(keep[i]);
 }
 
+/* jemalloc counts every resize in thread.allocated / thread.deallocated, also one that keeps
+ * the block where it is (jemalloc's test/unit/zero_realloc_alloc.c relies on it). */
+TEST(test_in_place_realloc_counts_in_thread_allocated)
+{
+    uint64_t a0, a1, d0, d1;
+    size_t len = sizeof(uint64_t);
+    void *p = malloc(10);
+    CHECK(p != NULL);
+    CHECK_EQ(mallctl("thread.allocated", &a0, &len, NULL, 0), 0);
+    CHECK_EQ(mallctl("thread.deallocated", &d0, &len, NULL, 0), 0);
+    void *q = realloc(p, 12); /* the same size class: stays in place */
+    CHECK(q == p, "realloc(p, 12) of a 10-byte block moved it");
+    q = rallocx(q, 11, 0);
+    CHECK(q == p, "rallocx(p, 11) of a 10-byte block moved it");
+    CHECK_EQ(mallctl("thread.allocated", &a1, &len, NULL, 0), 0);
+    CHECK_EQ(mallctl("thread.deallocated", &d1, &len, NULL, 0), 0);
+    size_t u = malloc_usable_size(q);
+    CHECK(a1 - a0 == 2 * u && d1 - d0 == 2 * u,
+          "two in-place resizes of a %zu-byte block moved thread.allocated by %ju, thread.deallocated by %ju",
+          u, (uintmax_t)(a1 - a0), (uintmax_t)(d1 - d0));
+    free(q);
+}
+
 TEST(test_arena_dss_reads_disabled_and_refuses_sbrk)
 {
     const char *v = NULL;
@@ -214,6 +237,79 @@ TEST(test_safety_check_abort_hook_gets_the_message)
     CHECK(check_child(double_free, NULL, 30, &r) == 0);
     CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 42, "child ended with %s; stderr:\n%s",
           check_status_str(r.status), r.err);
+}
+
+/* A sized free with another class's size, under a safety_check_abort hook: the hook gets
+ * the message naming the block, the call returns and the block stays allocated (jemalloc
+ * leaks it likewise); without a hook strata aborts (misuse tests). */
+static char size_mismatch_msg[512];
+static void on_size_mismatch(const char *msg)
+{
+    snprintf(size_mismatch_msg, sizeof size_mismatch_msg, "%s", msg);
+}
+
+TEST(test_sized_free_mismatch_calls_the_hook_and_returns)
+{
+    void (*h)(const char *) = on_size_mismatch;
+    CHECK_EQ(mallctl("experimental.hooks.safety_check_abort", NULL, NULL, &h, sizeof h), 0);
+    size_t sizes[] = {14336, 16384, 100000};
+    for (int i = 0; i < 3; i++) {
+        char *p = malloc(sizes[i]);
+        CHECK(p != NULL);
+        memset(p, 0x33, sizes[i]);
+        size_mismatch_msg[0] = '\0';
+        char want[64];
+        snprintf(want, sizeof want, "%p", (void *)p);
+        sdallocx(p, sizes[i] * 2, 0);
+        CHECK(strstr(size_mismatch_msg, "does not match") && strstr(size_mismatch_msg, want + 2),
+              "sdallocx(%p, %zu) of a %zu-byte block: hook message \"%s\"", (void *)p, sizes[i] * 2, sizes[i],
+              size_mismatch_msg);
+        CHECK(p[0] == 0x33 && p[sizes[i] - 1] == 0x33, "the block changed after a refused sized free");
+        free(p);
+    }
+    h = NULL;
+    CHECK_EQ(mallctl("experimental.hooks.safety_check_abort", NULL, NULL, &h, sizeof h), 0);
+}
+
+/* slab_sizes: the usual slab of each class in a range has that many pages (clamped to
+ * what one region needs), arenas.bin.<i>.slab_size and nregs say so, and the classes
+ * work: jemalloc's integration test slab_sizes.sh's setting. */
+TEST(test_slab_sizes_sets_the_slab_geometry)
+{
+    if (!in_child()) {
+        check_child_t *r = rerun("test_slab_sizes_sets_the_slab_geometry", "slab_sizes:1-4096:17|100-200:1|128-128:2");
+        CHECK_CHILD_EXITED_0(r);
+        return;
+    }
+    unsigned nbins;
+    size_t page, len = sizeof nbins;
+    CHECK_EQ(mallctl("arenas.nbins", &nbins, &len, NULL, 0), 0);
+    len = sizeof page;
+    CHECK_EQ(mallctl("arenas.page", &page, &len, NULL, 0), 0);
+    for (unsigned i = 0; i < nbins; i++) {
+        char name[64];
+        size_t size, slab;
+        uint32_t nregs;
+        len = sizeof size;
+        snprintf(name, sizeof name, "arenas.bin.%u.size", i);
+        CHECK_EQ(mallctl(name, &size, &len, NULL, 0), 0);
+        snprintf(name, sizeof name, "arenas.bin.%u.slab_size", i);
+        CHECK_EQ(mallctl(name, &slab, &len, NULL, 0), 0);
+        len = sizeof nregs;
+        snprintf(name, sizeof name, "arenas.bin.%u.nregs", i);
+        CHECK_EQ(mallctl(name, &nregs, &len, NULL, 0), 0);
+        size_t want = size == 128 ? 2 * page : size >= 100 && size <= 200 ? page : size <= 4096 ? 17 * page : 0;
+        if (want && want < size) want = (size + page - 1) / page * page; /* one region at least */
+        if (want && want / size > 8192) want = 8192 * size / page * page;  /* the bitmap's 8,192 regions */
+        if (want) CHECK(slab == want, "class %zu: slab_size %zu, want %zu", size, slab, want);
+        CHECK(nregs == slab / size, "class %zu: nregs %u in a %zu-byte slab", size, nregs, slab);
+        void *p[300];
+        for (int k = 0; k < 300; k++) {
+            p[k] = mallocx(size, 0);
+            CHECK(p[k] != NULL && sallocx(p[k], 0) >= size); /* the 8-byte class serves from 16 */
+        }
+        for (int k = 0; k < 300; k++) dallocx(p[k], 0);
+    }
 }
 
 TEST(test_batch_alloc_fills_the_packet)
@@ -489,6 +585,35 @@ TEST(test_zero_realloc_modes)
     void *q = realloc(p, 0); /* alloc: a minimal block; abort: never returns */
     CHECK(q != NULL && malloc_usable_size(q) >= 1);
     free(q);
+}
+
+/* zero_realloc:abort goes through the safety_check_abort hook as jemalloc's does: with a
+ * hook set, the hook gets the message and realloc returns NULL with the block intact. */
+static int zero_realloc_hook_calls;
+static void on_zero_realloc(const char *msg)
+{
+    if (strstr(msg, "zero_realloc:abort")) zero_realloc_hook_calls++;
+}
+
+TEST(test_zero_realloc_abort_calls_the_safety_check_hook)
+{
+    if (!in_child()) {
+        check_child_t *r = rerun("test_zero_realloc_abort_calls_the_safety_check_hook", "zero_realloc:abort");
+        CHECK_CHILD_EXITED_0(r);
+        return;
+    }
+    void (*h)(const char *) = on_zero_realloc;
+    CHECK_EQ(mallctl("experimental.hooks.safety_check_abort", NULL, NULL, &h, sizeof h), 0);
+    char *p = malloc(42);
+    CHECK(p != NULL);
+    memset(p, 0x5a, 42);
+    void *q = realloc(p, 0);
+    CHECK(q == NULL && zero_realloc_hook_calls == 1, "realloc(p, 0) returned %p, hook called %d times", q,
+          zero_realloc_hook_calls);
+    CHECK(p[41] == 0x5a);
+    free(p);
+    h = NULL;
+    CHECK_EQ(mallctl("experimental.hooks.safety_check_abort", NULL, NULL, &h, sizeof h), 0);
 }
 
 TEST(test_stats_interval_prints_as_the_program_allocates)

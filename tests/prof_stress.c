@@ -221,6 +221,19 @@ TEST(test_prof_mallctls) {
   CHECK(mallctl("thread.prof.name", NULL, NULL, &name, sizeof name) == 0, "thread.prof.name write");
   len = sizeof got;
   CHECK(mallctl("thread.prof.name", &got, &len, NULL, 0) == 0 && strcmp(got, "worker-1") == 0, "name");
+  /* jemalloc: a read and a write in one call is EPERM; a name too long is cut, not refused. */
+  const char *other = "worker-2";
+  len = sizeof got;
+  CHECK(mallctl("thread.prof.name", &got, &len, &other, sizeof other) == EPERM, "thread.prof.name read+write");
+  char longname[200];
+  memset(longname, 'n', sizeof longname - 1);
+  longname[sizeof longname - 1] = '\0';
+  const char *lp = longname;
+  CHECK(mallctl("thread.prof.name", NULL, NULL, &lp, sizeof lp) == 0, "thread.prof.name of 199 characters refused");
+  len = sizeof got;
+  CHECK(mallctl("thread.prof.name", &got, &len, NULL, 0) == 0 && strlen(got) > 0 && strncmp(got, longname, strlen(got)) == 0,
+        "a long thread.prof.name not cut to a prefix");
+  CHECK(mallctl("thread.prof.name", NULL, NULL, &name, sizeof name) == 0, "thread.prof.name write");
   CHECK(mallctl("opt.prof", NULL, NULL, &b, sizeof b) == EPERM, "opt.prof is read-only");
   size_t lg = 99;
   CHECK(mallctl("prof.reset", NULL, NULL, &lg, sizeof lg) == EINVAL, "prof.reset 99");

@@ -42,6 +42,7 @@
 #define mallctlbymib strata_mallctlbymib
 #define malloc_stats_print strata_malloc_stats_print
 #define malloc_conf strata_malloc_conf
+#define malloc_conf_2_conf_harder strata_malloc_conf_2_conf_harder
 #define malloc_message strata_malloc_message
 #else
 #define STRATA_TEST_API ""
