@@ -289,6 +289,9 @@ typedef unsigned szind_t;
  * class, which the fast path's pop (tag word cleared, nmalloc counted) requires. */
 #define SZ_LOOKUP_MAX SZ_SMALL_MAX
 #define SZ_MIN_IND 2 /* 16 bytes */
+/* Every class chosen (SZ_MIN_IND up) is a multiple of the quantum, so its regions are
+ * aligned to it: an aligned request up to the quantum is a plain one (aligned_common). */
+#define SZ_QUANTUM ((size_t)16)
 #define SZ_NCLASSES 229 /* index of 2^62, the largest class */
 #define SZ_MAX ((size_t)1 << 62)
 HIDDEN extern uint8_t sz_lookup[(SZ_LOOKUP_MAX >> 3) + 1];

@@ -483,17 +483,22 @@ void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, uint32_t
 }
 
 /* Cut the chain at head (n regions) into runs of the same slab; returns the count. */
-static unsigned chain_runs(void *head, uint32_t n, szind_t ind, slab_run_t *runs) {
+/* rest: where the region after the n-th goes, read in the same walk (the drain's next
+ * piece starts there; a second walk to find it missed the cache again on long chains);
+ * NULL when the n-th is the chain's last. */
+static unsigned chain_runs(void *head, uint32_t n, szind_t ind, slab_run_t *runs, void **rest) {
   unsigned nruns = 0;
-  for (void *p = head; n > 0; n--) {
+  void *p = head;
+  for (; n > 0; n--) {
     edata_t *s = rt_edata(rtree_read((uintptr_t)p));
     if (nruns > 0 && runs[nruns - 1].slab == s) {
       runs[nruns - 1].len++;
     } else {
       runs[nruns++] = (slab_run_t){s, p, 1};
     }
-    if (n > 1) p = link_next(p, ind);
+    if (n > 1 || rest) p = link_next(p, ind);
   }
+  if (rest) *rest = p;
   return nruns;
 }
 
@@ -512,8 +517,8 @@ static void bin_drain_remote(arena_t *a, szind_t ind, uint32_t keep) {
     while (left) {
       slab_run_t runs[256];
       uint32_t take = left < 256 ? left : 256;
-      unsigned nruns = chain_runs(r, take, ind, runs);
-      for (uint32_t i = 0; i < take; i++) r = i + 1 < left ? link_next(r, ind) : NULL; /* before the bitmap */
+      /* The next piece's head before the bitmap takes these regions back. */
+      unsigned nruns = chain_runs(r, take, ind, runs, take < left ? &r : NULL);
       bin_dalloc_runs_locked(a, ind, runs, nruns);
       left -= take;
     }
@@ -555,7 +560,7 @@ void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, unsigned n) {
   while (n > 0) {
     slab_run_t runs[256];
     unsigned take = n < 256 ? n : 256;
-    unsigned nruns = chain_runs(ptrs[0], take, ind, runs);
+    unsigned nruns = chain_runs(ptrs[0], take, ind, runs, NULL);
     bin_dalloc_runs(a, ind, runs, nruns);
     n -= take;
     ptrs += take;
@@ -592,7 +597,7 @@ void bin_return_chain(arena_t *a, szind_t ind, void *head, uint64_t gen) {
       while (n < 255 && LINK_DEC(tail)) tail = link_next(tail, ind), n++;
       void *next = link_next(tail, ind);
       slab_run_t runs[256];
-      unsigned nruns = chain_runs(head, n + 1, ind, runs);
+      unsigned nruns = chain_runs(head, n + 1, ind, runs, NULL);
       bin_dalloc_runs_locked(a, ind, runs, nruns);
       head = next;
     }

@@ -361,6 +361,35 @@ TEST(test_reallocarray_overflow_sets_enomem_and_keeps_block)
     free(q);
 }
 
+/* An alignment a class already has (up to 16 bytes) is a plain request: the block just
+ * freed into the thread cache's bin comes back, with malloc's usable size. */
+TEST(test_quantum_aligned_requests_share_mallocs_bins)
+{
+    size_t sizes[] = {0, 1, 8, 16, 17, 100, 1000, 4096, 14336, 16384};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = sizes[i];
+        for (size_t a = 1; a <= 16; a *= 2) {
+            for (int kind = 0; kind < 3; kind++) {
+                if (kind == 0 && a < sizeof(void *))
+                    continue;
+                void *p = malloc(check_opaque(n < a ? a : n)), *q = NULL;
+                CHECK(p != NULL);
+                size_t u = malloc_usable_size(p);
+                free(p);
+                if (kind == 0)
+                    CHECK(posix_memalign(&q, a, n) == 0);
+                else if (kind == 1)
+                    q = aligned_alloc(a, n);
+                else
+                    q = memalign(a, n);
+                CHECK(q == p, "kind %d (%zu, %zu) = %p, not the block just freed %p", kind, a, n, q, p);
+                CHECK_EQ(malloc_usable_size(q), u);
+                free(q);
+            }
+        }
+    }
+}
+
 TEST(test_posix_memalign_bad_alignment_is_einval_and_touches_nothing)
 {
     static const size_t bad[] = {0,  1,  2,  3,  sizeof(void *) / 2, 12, 24, 48,

@@ -105,6 +105,18 @@ static void test_aligned_classes_are_multiples(void) {
   CHECK_EQ(sz_sa2u(SZ_MAX + 1, 8), 0);
 }
 
+/* aligned_common hands an alignment up to the quantum to malloc: that is only right if
+ * such a request's aligned class is the plain class of max(size, align). */
+static void test_quantum_alignment_is_the_plain_class(void) {
+  for (size_t align = 1; align <= SZ_QUANTUM; align *= 2) {
+    for (size_t s = 0; s <= SZ_MALLOC_FAST_MAX; s++) {
+      size_t want = sz_size[sz_size2index(s < align ? align : s)];
+      CHECK_EQ(sz_sa2u(s ? s : 1, align), want);
+      CHECK(want % SZ_QUANTUM == 0);
+    }
+  }
+}
+
 static void test_slab_geometry_wastes_little(void) {
   for (szind_t i = 1; i <= SZ_NSMALL; i++) {
     const bin_info_t *bi = &bin_info[i];
@@ -139,6 +151,7 @@ int main(void) {
   RUN(test_page_bucket_tables_match);
   RUN(test_classes_follow_jemalloc_spacing);
   RUN(test_aligned_classes_are_multiples);
+  RUN(test_quantum_alignment_is_the_plain_class);
   RUN(test_slab_geometry_wastes_little);
   RUN(test_page_buckets_bracket_sizes);
   UNIT_EXIT();

@@ -206,6 +206,29 @@ static void test_bad_frees_into_full_slab_abort(void) {
   CHECK(dies_with_abort(free_interior_full));
 }
 
+/* A remote chain longer than a drain's 256-region piece: the drain goes piece by piece
+ * (each piece's walk hands over the next one's head) and every region gets home. */
+static void test_long_remote_chain_drains_every_piece(void) {
+  szind_t ind = sz_size2index(64);
+  bin_t *bin = &a->bins[ind];
+  enum { N = 1000 };
+  static void *buf[N];
+  size_t curregs = bin->curregs;
+  uint32_t remote = bin->remote_count;
+  unsigned n = bin_fill(a, ind, buf, N);
+  CHECK_EQ(n, N);
+  for (unsigned i = 0; i + 1 < n; i++) LINK_SET(buf[i], buf[i + 1]);
+  bin_push_remote(a, ind, buf[0], buf[n - 1], n);
+  CHECK_EQ(bin->remote_count, remote + n);
+  bin_release_spare(a, ind);
+  CHECK_EQ(bin->remote_count, 0);
+  CHECK_EQ(bin->curregs, curregs > remote ? curregs - remote : 0);
+  /* Each region is free in its slab again: the bin hands all of them out again. */
+  unsigned again = bin_fill(a, ind, buf, N);
+  CHECK_EQ(again, N);
+  bin_dalloc_batch(a, ind, buf, again);
+}
+
 /* No memory for a bitmap: frees into a full slab never fail; the regions wait on the
  * bin's remote chains (still counted as handed out), the next fill hands them out, and
  * a drain that cannot place them ends. */
@@ -588,6 +611,7 @@ int main(void) {
   RUN(test_full_slab_drops_bitmap_and_regains_it);
   RUN(test_flush_local_takes_own_regions_and_stops_at_others);
   RUN(test_bad_frees_into_full_slab_abort);
+  RUN(test_long_remote_chain_drains_every_piece);
   RUN(test_bitmap_pool_exhausted_never_fails_a_free);
   RUN(test_bitmap_blocks_fit_their_bitmaps);
   RUN(test_statistics_refresh_leaves_zero_pages_of_a_record_untouched);
