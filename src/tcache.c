@@ -231,17 +231,19 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
   const uintptr_t key = tcache_key;
   flush_scan_t sc = {p, 0, (unsigned)-1, true};
   uintptr_t lo = 0;
-  uint32_t len = 0;
-  for (uint32_t k = n; k > 0; k--) {
+  /* A run's length is told by the countdown at its start and at the next's (no count per
+   * region), and the last region is p when the loop stops (no store per region). */
+  uint32_t k = n, run_k = n;
+  for (;;) {
     uint64_t diff = (uintptr_t)p - lo;
     if (unlikely(diff > last)) {
       uint64_t e = rtree_read((uintptr_t)p);
       if (unlikely(!(e & RT_SLAB) || rt_field(e) != rt_ind * TBIN_SIZE) && !flush_prof_class_ok(e, ind))
         strata_invalid_free("free", p);
-      if (sc.nruns) runs[sc.nruns - 1].len = len;
+      if (sc.nruns) runs[sc.nruns - 1].len = run_k - k;
       edata_t *slab = rt_edata(e);
       runs[sc.nruns++] = (slab_run_t){slab, p, 0};
-      len = 0;
+      run_k = k;
       lo = slab->addr;
       last = slab_last(slab, size);
       diff = (uintptr_t)p - lo;
@@ -250,11 +252,11 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
       sc.one_remote &= slab->arena_id == sc.remote && sc.remote != own;
     }
     if (check_start && unlikely(((diff * magic) >> 32) * size != diff)) strata_invalid_free("free", p);
-    len++;
-    sc.last = p;
+    if (--k == 0) break;
     p = (void *)(*(const uintptr_t *)p ^ key ^ (uintptr_t)p); /* validated by the rtree test above on the next turn */
   }
-  runs[sc.nruns - 1].len = len;
+  sc.last = p;
+  runs[sc.nruns - 1].len = run_k;
   return sc;
 }
 
