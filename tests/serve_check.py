@@ -12,7 +12,9 @@
      dump file behind.
 Parts whose client is missing (curl, go, prometheus_client, promtool, prometheus) say so and are
 skipped."""
-import os, re, shutil, signal, socket, subprocess, sys, time, urllib.error, urllib.request
+import os, re, shutil, signal, subprocess, sys, time, urllib.error, urllib.request
+
+from exporter_check import free_port  # the scripts' shared helper (same directory)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOOLS = os.path.join(HERE, "..", "tools")
@@ -91,10 +93,7 @@ def main():
             print(f"prof.dump_request: returned 0, dump {got[0]} written")
 
         # 3. strata serve
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
+        port = free_port()
         env = dict(os.environ, PYTHONPATH=TOOLS)
         for k in ("LD_PRELOAD", "MALLOC_CONF", "STRATA_CONF"):
             env.pop(k, None)
@@ -178,14 +177,6 @@ def main():
     for f in fails:
         print("FAIL:", f)
     return 1 if fails else 0
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def scrape_with_prometheus(prom, port, work, pids, fails):
