@@ -65,7 +65,7 @@ static inline void alloc_fill(void *p, size_t usize, bool zero) {
  * samples (prof.c: prof_page_get, prof_page_put), still counted as allocated, as cached
  * blocks are. */
 static NOINLINE void *prof_promote(tsd_t *tsd, szind_t ind, arena_t *a, bool zero) {
-  sassert(ind <= SZ_NSMALL && tcache_nbins_malloc == 0);
+  sassert(ind <= SZ_NSMALL);
   size_t usize = sz_size[ind], esize = (usize + os_page - 1) & ~(os_page - 1);
   edata_t *e = !a->user && esize == os_page && !tsd->in_hook ? prof_page_get() : NULL;
   if (e != NULL) { /* a page this thread kept from a freed sample */
@@ -129,6 +129,8 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
     }
   }
   {
+    /* A tracer attached or left (prof.c; a cache's misses look in tcache_gc_visit) */
+    prof_trace_tick();
     arena_t *a = explicit ? explicit : tsd_arena(tsd, usize);
     if (a == NULL) {
       p = NULL;
@@ -385,10 +387,11 @@ static NOINLINE void *malloc_prof(size_t size) {
   return malloc_prof_general(size);
 }
 
-/* malloc_slow's way when malloc_divert is set: prof:true's malloc_prof, or malloc with
- * the allocation hooks (hooks.c). Out of line: malloc_slow pays one test for both. */
+/* malloc_slow's way when malloc_divert is set: malloc_prof (prof:true, or a tracer
+ * sampling: prof.c, prof_trace_switch), or malloc with the allocation hooks (hooks.c). Out
+ * of line: malloc_slow pays one test for both. */
 static NOINLINE void *malloc_diverted(size_t size) {
-  if (__atomic_load_n(&prof_on, __ATOMIC_RELAXED) && size <= SZ_LOOKUP_MAX) return malloc_prof(size);
+  if (__atomic_load_n(&malloc_prof_on, __ATOMIC_ACQUIRE) && size <= SZ_LOOKUP_MAX) return malloc_prof(size);
   void *p = malloc_general(size);
   if (hooks_on()) hook_invoke_alloc(hook_alloc_malloc, p, (uintptr_t)p, size, 0, 0);
   return p;
@@ -405,7 +408,7 @@ static NOINLINE void *malloc_slow(size_t size) {
      * prof:true (tcache_nbins_malloc 0: ialloc counts them). The class by
      * sz_size2index_compute's own first test, inline: a hit makes no call. */
     szind_t ind = likely(size <= SZ_LOOKUP_K_MAX) ? sz_lookup_k[(size - 1) >> 10] : sz_size2index_compute(size);
-    if (ind < tcache_nbins_malloc) {
+    if (ind < __atomic_load_n(&tcache_nbins_malloc, __ATOMIC_RELAXED)) {
       tbin_t *b = &strata_tsd.tcache->bins[ind];
       void *p = b->head;
       if (likely(p != TBIN_END)) {

@@ -150,7 +150,7 @@ void *arena_small_alloc(arena_t *a, szind_t ind, bool zero) {
  * free must take the slow path (user arenas' blocks never enter the ordinary caches; the
  * sampled ones reach the prof free path; guard blocks are registered by guard.c). */
 static inline szind_t large_rt_ind(const arena_t *a, szind_t ind) {
-  return ind < tcache_nbins_malloc && !a->user ? ind : 0;
+  return ind < __atomic_load_n(&tcache_nbins_malloc, __ATOMIC_RELAXED) && !a->user ? ind : 0;
 }
 
 void *arena_large_alloc(arena_t *a, size_t usize, size_t align, bool zero) {

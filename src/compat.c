@@ -216,7 +216,7 @@ int compat_prof_hook(const size_t *mib, size_t miblen, void *oldp, size_t *oldle
   void *none = NULL;
   if (newp != NULL) {
     if (newlen != sizeof(void *)) return EINVAL;
-    return prof_on ? EINVAL : ENOENT;
+    return prof_opt.prof ? EINVAL : ENOENT;
   }
   return ctl_copy_out(oldp, oldlenp, &none, sizeof(none));
 }
@@ -235,7 +235,7 @@ int compat_thread_event_hook(const size_t *mib, size_t miblen, void *oldp, size_
  * and alloc_dump is EFAULT. */
 int compat_prof_recent(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp, size_t newlen) {
   (void)miblen;
-  if (!prof_on) return ENOENT;
+  if (!prof_opt.prof) return ENOENT;
   if (mib[2] == 1) return EFAULT; /* alloc_dump */
   ssize_t v = -1, w;
   if (newp != NULL) {

@@ -927,10 +927,15 @@ HIDDEN void hook_invoke_expand(int type, void *address, size_t old_usize, size_t
                                uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t a3);
 static inline bool hooks_on(void) { return __atomic_load_n(&hooks_n, __ATOMIC_RELAXED) != 0; }
 HIDDEN void hooks_postfork_child(void);
-/* sizeclass.c: empty malloc's size table (every malloc to malloc_slow) or refill it. */
+/* sizeclass.c: empty malloc's size table (every malloc to malloc_slow) or refill it, for
+ * allocation hooks (sz_malloc_divert) and for malloc_prof's sampling (sz_malloc_prof). */
 HIDDEN void sz_malloc_divert(bool divert);
-/* malloc_slow's one test for prof:true's malloc_prof and the hooks' malloc (alloc.c). */
+HIDDEN void sz_malloc_prof(bool on);
+HIDDEN void sz_postfork_child(void);
+/* malloc_slow's one test for malloc_prof and the hooks' malloc (alloc.c). */
 HIDDEN extern bool malloc_divert;
+/* malloc_diverted's choice: malloc_prof (prof:true, or a tracer attached), else hooks. */
+HIDDEN extern bool malloc_prof_on;
 HIDDEN extern opt_t opt;
 HIDDEN void conf_init(void);
 /* Parses one MALLOC_CONF-syntax string; returns the number of problems reported. */
@@ -1095,6 +1100,21 @@ typedef struct {
 } prof_opt_t;
 HIDDEN extern prof_opt_t prof_opt;
 HIDDEN extern bool prof_on;
+/* A tracer attached to or left otel_memory:alloc (its USDT semaphore) since the last look:
+ * prof_trace_switch turns the sampler on or off in a prof:false process (prof.c). On
+ * allocation slow paths only. */
+HIDDEN extern bool prof_trace_seen;
+HIDDEN extern uint64_t prof_trace_switches;
+HIDDEN void prof_trace_switch(void);
+#if defined(STRATA_USDT) && STRATA_USDT
+HIDDEN extern volatile unsigned short otel_memory_alloc_semaphore;
+#endif
+static inline void prof_trace_tick(void) {
+#if defined(STRATA_USDT) && STRATA_USDT
+  if (unlikely((otel_memory_alloc_semaphore != 0) != __atomic_load_n(&prof_trace_seen, __ATOMIC_RELAXED)))
+    prof_trace_switch();
+#endif
+}
 HIDDEN void prof_boot(void);      /* in strata_init, before tcache_boot */
 HIDDEN int prof_entry_patch(void); /* alloc.c: strata_malloc jumps to malloc_prof; 0 or why not */
 HIDDEN extern int prof_entry_state; /* 1 patched, else 0 or -errno (prof_boot) */

@@ -50,6 +50,7 @@ prof_opt_t prof_opt = {
     .prefix = "jeprof",
 };
 bool prof_on;
+uint64_t prof_trace_switches; /* times a tracer turned the sampler on or off (prof:false) */
 int prof_entry_state; /* 1: strata_malloc jumps to malloc_prof; 0 not tried; -errno failed */
 
 /* Frames kept per stack: deep enough for real call chains, bounded so a sample costs a
@@ -256,6 +257,46 @@ static inline bool sampling_wanted(void) {
   return __atomic_load_n(&prof_active_now, __ATOMIC_RELAXED) || PROBE_ON(otel_memory, alloc);
 }
 
+/* ---------------------------------------------------------------- a tracer's sampler
+ * In a process started with prof:false, a tracer attached to otel_memory:alloc turns the
+ * sampler on at run time: nothing notifies the process (the kernel only raises the
+ * probe's semaphore), so the allocation slow paths compare the semaphore with what was
+ * last acted on (prof_trace_tick: on GC visits of thread caches, every 32 fills and
+ * flushes, and on allocations no cache serves) and the first to see a change
+ * switches. On: prof_on (sticky: the frees of the samples must find them in the live set
+ * whatever happens later), the large classes stop being cached by malloc's slow path and
+ * by free's fast path for new blocks (tcache_nbins_malloc 0, as prof:true boots), and
+ * malloc's table empties so that every malloc takes malloc_prof (the zero-table path of
+ * prof:true: no code is patched at run time). Off (the tracer detached): malloc's table and
+ * the large classes come back; prof_on stays, so the remaining samples' frees still take
+ * the prof path (slow paths only: the fast paths cost what they cost before). The records
+ * keep no stack (prof_after: the tracer unwinds at the probe); prof.* mallctls and dumps
+ * stay off (opt.prof). */
+bool prof_trace_seen;
+static mtx_t trace_lock = MTX_INITIALIZER;
+
+void prof_trace_switch(void) {
+#if defined(STRATA_USDT) && STRATA_USDT
+  mtx_lock(&trace_lock);
+  bool want = PROBE_ON(otel_memory, alloc);
+  if (want != __atomic_load_n(&prof_trace_seen, __ATOMIC_RELAXED)) {
+    if (!prof_opt.prof) { /* with prof:true the sampler reads the semaphore itself */
+      if (want) {
+        __atomic_store_n(&tcache_nbins_malloc, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&prof_on, true, __ATOMIC_RELEASE);
+        sz_malloc_prof(true);
+      } else {
+        sz_malloc_prof(false);
+        __atomic_store_n(&tcache_nbins_malloc, tcache_nbins, __ATOMIC_RELAXED);
+      }
+      __atomic_fetch_add(&prof_trace_switches, 1, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&prof_trace_seen, want, __ATOMIC_RELEASE);
+  }
+  mtx_unlock(&trace_lock);
+#endif
+}
+
 /* The countdown spends usize bytes; true when this allocation holds the sampling point
  * (jemalloc's decision: the countdown reaches zero within its bytes), after which a new
  * exponential interval starts at its end. */
@@ -456,7 +497,12 @@ static void live_remove(live_t *e) {
  * lock unless the live set may hold them: live_maybe). Changed only under prof_lock: a
  * sample and a sampled free of the same granule cannot interleave. */
 static void gran_poison(edata_t *ed, uintptr_t p) {
-  if (!ed->slab) return;
+  if (!ed->slab) {
+    /* A large block made before a tracer turned the sampler on may carry its cached class
+     * (large_rt_ind), which would let free()'s fast path cache it past the live set. */
+    if (rt_szind(rtree_read(p)) != 0) rtree_write(p, rt_make(ed, 0, 0));
+    return;
+  }
   rtree_write(p & ~(GRAN - 1), rt_make(ed, 0, 1));
 }
 
@@ -788,11 +834,12 @@ static void dump_thread_start(void) {
   pthread_attr_destroy(&at);
 }
 
-/* Every prof.* name except opt.* needs opt.prof, as in jemalloc (ENOENT otherwise). */
+/* Every prof.* name except opt.* needs opt.prof, as in jemalloc (ENOENT otherwise): a
+ * process whose sampler a tracer turned on (prof_trace_switch) has no profile to dump. */
 #define NEED_PROF() \
   do { \
     if (!strata_ready && strata_init()) return EAGAIN; \
-    if (!prof_on) return ENOENT; \
+    if (!prof_opt.prof) return ENOENT; \
   } while (0)
 
 /* prof_signal: the dump thread is started when the library loads (metrics.c's
@@ -844,7 +891,7 @@ static void prof_exit(void) {
 /* ---------------------------------------------------------------- boot, fork */
 void prof_boot(void) {
   __atomic_store_n(&prof_on, prof_opt.prof, __ATOMIC_RELAXED); /* read before init: malloc_slow */
-  prof_active_now = prof_opt.active;
+  prof_active_now = prof_opt.prof && prof_opt.active; /* prof:false: sampled only for a tracer */
   prof_lg_sample_now = prof_opt.lg_sample;
   prof_gdump_now = prof_opt.gdump;
   if (prof_opt.lg_interval >= 0) interval_next = (uint64_t)1 << prof_opt.lg_interval;
@@ -888,6 +935,8 @@ void prof_postfork(bool child) {
   if (child) {
     mtx_init(&prof_lock);
     mtx_init(&prof_dump_lock);
+    mtx_init(&trace_lock);
+    sz_postfork_child();
     /* The dump thread is not in the child: the next request starts one. */
     __atomic_store_n(&dump_thread_started, false, __ATOMIC_RELEASE);
     if (__atomic_load_n(&dump_req, __ATOMIC_RELAXED) || prof_opt.signal) want_thread();

@@ -111,10 +111,12 @@ void sz_init(void) {
   for (size_t s = 0; s <= SZ_LOOKUP_MAX; s += 8) {
     while (sz_size[c] < s) c++;
     __atomic_store_n(&sz_lookup[s >> 3], (uint8_t)c, __ATOMIC_RELAXED);
-    /* prof:true (prof_boot ran first) leaves malloc's copy all 0: see sz_malloc_lookup. */
+    /* prof:true (prof_boot ran first) leaves malloc's copy all 0: see sz_malloc_lookup.
+     * malloc_prof's own copy is filled whatever prof says: a tracer can turn the sampler
+     * on at run time (prof.c, prof_trace_switch). */
     for (size_t b = s < 8 ? 0 : s - 7; b <= s; b++)
       __atomic_store_n(&sz_malloc_lookup[b], prof_on ? 0 : (uint16_t)(c * TBIN_SIZE), __ATOMIC_RELAXED);
-    if (prof_on) __atomic_store_n(&sz_prof_ind[s >> 3], (uint8_t)c, __ATOMIC_RELAXED);
+    __atomic_store_n(&sz_prof_ind[s >> 3], (uint8_t)c, __ATOMIC_RELAXED);
   }
   for (size_t b = SZ_LOOKUP_MAX + 1; b <= SZ_MALLOC_FAST_MAX; b++) /* malloc's copy goes on */
     __atomic_store_n(&sz_malloc_lookup[b], prof_on ? 0 : (uint16_t)(SZ_MALLOC_FAST_IND * TBIN_SIZE),
@@ -123,6 +125,7 @@ void sz_init(void) {
     while (sz_size[c] < (k + 1) << 10) c++;
     sz_lookup_k[k] = (uint8_t)c;
   }
+  malloc_prof_on = prof_on;
   __atomic_store_n(&malloc_divert, prof_on, __ATOMIC_RELEASE); /* malloc_slow to malloc_prof */
   _Static_assert(PSZ_N <= 256 && PSZ_TAB_N < 4096, "psz tables hold bucket indices in a byte");
   unsigned b = 0;
@@ -204,15 +207,45 @@ unsigned psz_floor(size_t n) {
   return c;
 }
 
-/* While allocation hooks are installed every malloc goes to malloc_slow, as with
- * prof:true (hooks.c); prof:true's table stays empty either way. */
+/* malloc's size table is emptied (every malloc to malloc_slow, which sees malloc_divert)
+ * for two reasons: allocation hooks are installed (hooks.c), or malloc_prof samples
+ * (prof:true from the start, or a tracer attached to otel_memory:alloc: prof.c,
+ * prof_trace_switch). Each sets its own reason under divert_lock; the table is refilled
+ * only when neither holds. */
 bool malloc_divert;
-void sz_malloc_divert(bool divert) {
-  __atomic_store_n(&malloc_divert, divert || prof_on, __ATOMIC_RELEASE);
-  if (prof_on) return;
+bool malloc_prof_on;
+static bool divert_hooks;
+static mtx_t divert_lock = MTX_INITIALIZER;
+
+static void malloc_table_apply(void) {
+  bool divert = divert_hooks || malloc_prof_on;
   for (size_t s = 0; s <= SZ_MALLOC_FAST_MAX; s++) {
     /* malloc's table holds the bin's byte offset (class x TBIN_SIZE), as sz_init writes it */
     szind_t c = divert ? 0 : s <= SZ_LOOKUP_MAX ? sz_lookup[(s + 7) >> 3] : SZ_MALLOC_FAST_IND;
     __atomic_store_n(&sz_malloc_lookup[s], (uint16_t)(c * TBIN_SIZE), __ATOMIC_RELAXED);
   }
+  __atomic_store_n(&malloc_divert, divert, __ATOMIC_RELEASE);
+}
+
+void sz_malloc_divert(bool divert) {
+  mtx_lock(&divert_lock);
+  divert_hooks = divert;
+  malloc_table_apply();
+  mtx_unlock(&divert_lock);
+}
+
+/* malloc_prof_on is set before the table changes: a malloc that misses meanwhile goes to
+ * malloc_prof or to malloc_general, both right (malloc_prof's class table, sz_prof_ind,
+ * is always filled). */
+void sz_malloc_prof(bool on) {
+  mtx_lock(&divert_lock);
+  __atomic_store_n(&malloc_prof_on, on, __ATOMIC_RELEASE);
+  malloc_table_apply();
+  mtx_unlock(&divert_lock);
+}
+
+/* A fork while another thread changed the table: the child's only thread sets it whole. */
+void sz_postfork_child(void) {
+  mtx_init(&divert_lock);
+  malloc_table_apply();
 }

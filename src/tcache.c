@@ -385,6 +385,7 @@ static void tcache_event(tcache_t *tc, szind_t ind) {
 
 /* One GC visit: bin gc_bin + 1, skipping `busy` (the bin being filled or flushed). */
 static void tcache_gc_visit(tcache_t *tc, szind_t ind) {
+  prof_trace_tick(); /* a tracer attached or left (prof.c): every 32 fills and flushes */
   /* The global cap: published at every fill and flush (one atomic add), looked at on
    * GC visits only. Over it, every event is a GC visit that empties the bin it visits,
    * busy or not, so many threads' caches shrink together until they fit. */

@@ -11,11 +11,16 @@
  * site_alpha. "churn N [SEM]" instead allocates and frees site_gamma's 4 KiB blocks N
  * times (tracer overhead figures; SEM raised first, as in "gate") and exits. "stacks N"
  * keeps N blocks of 64 B live, each from its own call chain (N distinct stacks: the
- * dump-latency figure with lg_prof_sample:0), then idles as "idle" does.
+ * dump-latency figure with lg_prof_sample:0), then idles as "idle" does. "switch SEM"
+ * (a process started with prof:false) allocates and frees site_delta's 48-byte blocks with
+ * the semaphore down, raised, then down twice, and prints the promoted samples of each
+ * phase (stats.arenas.<all>.large.nmalloc: a sampled small block gets a page of its own)
+ * and prof.dump's answer.
  */
 #define _GNU_SOURCE 1
 #include <dlfcn.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +41,12 @@ __attribute__((noinline)) void site_alpha(void) {
 
 __attribute__((noinline)) void site_beta(void) {
   for (int i = 0; i < NBETA; i++) beta[i] = malloc(16 << 10);
+}
+
+#define NDELTA 20000
+static void *delta[NDELTA];
+__attribute__((noinline)) void site_delta(void) {
+  for (int i = 0; i < NDELTA; i++) delta[i] = malloc(48);
 }
 
 __attribute__((noinline)) void site_gamma(long n) {
@@ -87,6 +98,26 @@ int main(int argc, char **argv) {
   }
   int (*mctl)(const char *, void *, size_t *, void *, size_t) =
       (int (*)(const char *, void *, size_t *, void *, size_t))dlsym(RTLD_DEFAULT, "mallctl");
+  if (strcmp(mode, "switch") == 0 && argc > 2 && mctl) {
+    volatile unsigned short *sem = semaphore_at(argv[2]);
+    if (!sem) return 2;
+    uint64_t n[5], e = 1;
+    size_t len = sizeof(uint64_t);
+    for (int phase = 0; phase < 5; phase++) {
+      if (phase == 1) (*sem)++; /* what the kernel does when a uprobe attaches */
+      if (phase == 2) (*sem)--; /* ... and when it detaches */
+      mctl("epoch", NULL, NULL, &e, sizeof e);
+      mctl("stats.arenas.4096.large.nmalloc", &n[phase], &len, NULL, 0);
+      if (phase == 4) break;
+      site_delta();
+      for (int i = 0; i < NDELTA; i++) free(delta[i]);
+    }
+    const char *pp = "/nonexistent/x.heap";
+    int r = mctl("prof.dump", NULL, NULL, &pp, sizeof pp);
+    printf("samples %llu %llu %llu %llu dump %d\n", (unsigned long long)(n[1] - n[0]),
+           (unsigned long long)(n[2] - n[1]), (unsigned long long)(n[3] - n[2]), (unsigned long long)(n[4] - n[3]), r);
+    return 0;
+  }
   if (strcmp(mode, "gate") == 0 && argc > 3 && mctl) {
     volatile unsigned short *sem = semaphore_at(argv[2]);
     if (!sem) return 2;

@@ -8,9 +8,14 @@ strata's USDT probes.
   gate:  with prof:true,prof_active:false nothing is sampled until otel_memory:alloc's
          semaphore is raised (as an attaching tracer raises it, done here by the program
          itself): a dump before shows no sample, one after shows site_alpha's (about 251).
-  trace: `strata trace` (bpftrace) attached to prof_sites started with
-         prof:true,prof_active:false: attaching turns the sampler on; site_alpha (16 MiB
-         live) and site_beta (8 MiB) come out with their samples and outstanding bytes in
+  switch: in a process started with prof:false (the default), raising the semaphore
+         turns the sampler on at run time and lowering it turns it off: 48-byte blocks are
+         sampled (promoted to pages of their own) only while it is raised, at the rate
+         lg_prof_sample asks; prof.dump stays ENOENT (no opt.prof).
+  trace [CONF]: `strata trace` (bpftrace) attached to prof_sites started with CONF
+         (default prof:true,prof_active:false; "prof:false" for a process started without
+         the profiler): attaching turns the sampler on; site_alpha (16 MiB live) and
+         site_beta (8 MiB) come out with their samples and outstanding bytes in
          proportion. Exit 77, saying why, where bpftrace cannot attach (not root, no
          bpftrace, no tracefs/uprobes)."""
 import os, re, shutil, signal, subprocess, sys, time
@@ -69,7 +74,39 @@ def gate(lib, prog, work):
     return 0
 
 
-def trace(lib, prog, work):
+def switch(lib, prog):
+    sem = semaphore_of(lib, "otel_memory", "alloc")
+    if sem is None:
+        print("SKIP: no otel_memory:alloc note: built without <sys/sdt.h>")
+        return 77
+    env = dict(os.environ, LD_PRELOAD=lib, STRATA_CONF="lg_prof_sample:10")
+    env.pop("MALLOC_CONF", None)
+    r = subprocess.run([prog, "switch", sem], env=env, capture_output=True, text=True, timeout=60)
+    print(r.stdout, r.stderr)
+    m = re.search(r"samples (\d+) (\d+) (\d+) (\d+) dump (\d+)", r.stdout)
+    if r.returncode != 0 or not m:
+        print(f"FAIL: rc {r.returncode}")
+        return 1
+    before, on, leaving, off, dump = (int(x) for x in m.groups())
+    fails = []
+    # lg_prof_sample:10: a 48-byte block is sampled with probability 1 - e^(-48/1024) = 4.6%;
+    # 20,000 blocks, less the first bin's worth popped before the first refill looks: ~900.
+    if before != 0:
+        fails.append(f"{before} samples before the semaphore was raised")
+    if not 700 <= on <= 1150:
+        fails.append(f"{on} samples while raised, expected 700..1150")
+    if leaving > 60:
+        fails.append(f"{leaving} samples in the phase that lowered it (at most a bin's worth expected)")
+    if off != 0:
+        fails.append(f"{off} samples after it was lowered")
+    if dump != 2:  # ENOENT: prof.* names need opt.prof, as in jemalloc
+        fails.append(f"prof.dump answered {dump}, expected ENOENT (2)")
+    for f in fails:
+        print("FAIL:", f)
+    return 1 if fails else 0
+
+
+def trace(lib, prog, work, conf="prof:true,prof_active:false"):
     why = None
     if os.geteuid() != 0:
         why = "not root"
@@ -83,7 +120,7 @@ def trace(lib, prog, work):
         return 77
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    env = dict(os.environ, LD_PRELOAD=lib, STRATA_CONF="prof:true,prof_active:false,lg_prof_sample:14")
+    env = dict(os.environ, LD_PRELOAD=lib, STRATA_CONF=conf + ",lg_prof_sample:14")
     env.pop("MALLOC_CONF", None)
     p = subprocess.Popen([prog, "wait"], env=env, stdout=subprocess.PIPE, text=True)
     line = p.stdout.readline()
@@ -136,4 +173,6 @@ def trace(lib, prog, work):
 if __name__ == "__main__":
     if sys.argv[1] == "notes":
         sys.exit(notes(sys.argv[2]))
-    sys.exit((gate if sys.argv[1] == "gate" else trace)(*sys.argv[2:5]))
+    if sys.argv[1] == "switch":
+        sys.exit(switch(*sys.argv[2:4]))
+    sys.exit((gate if sys.argv[1] == "gate" else trace)(*sys.argv[2:6]))

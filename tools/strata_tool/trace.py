@@ -3,10 +3,10 @@ strata process, by stack, with the bytes still outstanding, through the USDT pro
 otel_memory:alloc(ptr, size, weight) and otel_memory:free(ptr) (bpftrace underneath; the
 stacks are unwound by the kernel, not in the process).
 
-Attaching raises the probes' semaphore, which turns strata's sampler on even with
-prof_active:false, so a process started with prof:true,prof_active:false pays nothing for
-stacks until a tracer attaches. Needs root (or CAP_BPF and CAP_PERFMON), bpftrace and
-uprobes (tracefs).
+Attaching raises the probes' semaphore, which turns strata's sampler on: in a process
+started without the profiler (prof:false, the default) at its next allocation slow path,
+and back off when the tracer detaches; with prof:true,prof_active:false it records without
+taking stacks. Needs root (or CAP_BPF and CAP_PERFMON), bpftrace and uprobes (tracefs).
 """
 
 from __future__ import annotations
@@ -155,12 +155,6 @@ def trace(args) -> int:
     if not lib:
         print(f"strata trace: pid {args.pid} has no libstrata mapped (a static link: pass --lib "
               "with the executable's path)", file=sys.stderr)
-        return 2
-    p = serve.Proc(args.pid)
-    if p.conf.get("prof") != "true":
-        print(f"strata trace: pid {args.pid} ({p.program}) was not started with prof:true: its sampler is "
-              "off (start it with STRATA_CONF=prof:true,prof_active:false: no stacks are taken until a "
-              "tracer attaches)", file=sys.stderr)
         return 2
     if os.geteuid() != 0:
         print("strata trace: needs root (or CAP_BPF and CAP_PERFMON) to attach uprobes", file=sys.stderr)
