@@ -98,6 +98,9 @@ static void *bg_main(void *arg) {
     /* Its arenas went idle (nothing left to decay): the metadata a peak left (extent
      * descriptors, bitmaps, page-map pages) goes back too, before the untimed sleep. */
     if (next == UINT64_MAX) meta_purge();
+    /* A tracer on otel_memory:alloc (prof.c, prof_trace_switch): looked for on each pass,
+     * with no wake of its own (an idle process sleeps until woken). */
+    if (t->id == 0) prof_trace_tick();
     uint64_t now = decay_now();
     __atomic_fetch_add(&bg_nruns, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&bg_interval_ns, now - last, __ATOMIC_RELAXED);

@@ -38,7 +38,9 @@ def main():
     prog = os.path.join(build, "tests", "prof_sites")
     sem = semaphore(lib)
     lines = ["| configuration | instructions per malloc+free (4 KiB) |", "|---|---|"]
-    rows = [("prof:false", "", []), ("prof:true,prof_active:false (nothing attached)", "prof:true,prof_active:false", []),
+    rows = [("prof:false", "", []),
+            ("prof:false, otel_memory:alloc semaphore raised (sampler turned on at run time)", "", [sem]),
+            ("prof:true,prof_active:false (nothing attached)", "prof:true,prof_active:false", []),
             ("prof:true,prof_active:false, otel_memory:alloc semaphore raised", "prof:true,prof_active:false", [sem]),
             ("prof:true (in-process stacks, for comparison)", "prof:true", [])]
     fig = {}
