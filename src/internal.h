@@ -1111,7 +1111,8 @@ HIDDEN extern volatile unsigned short otel_memory_alloc_semaphore;
 #endif
 static inline void prof_trace_tick(void) {
 #if defined(STRATA_USDT) && STRATA_USDT
-  if (unlikely((otel_memory_alloc_semaphore != 0) != __atomic_load_n(&prof_trace_seen, __ATOMIC_RELAXED)))
+  if (unlikely((__atomic_load_n(&otel_memory_alloc_semaphore, __ATOMIC_RELAXED) != 0) !=
+               __atomic_load_n(&prof_trace_seen, __ATOMIC_RELAXED)))
     prof_trace_switch();
 #endif
 }

@@ -278,7 +278,7 @@ static mtx_t trace_lock = MTX_INITIALIZER;
 void prof_trace_switch(void) {
 #if defined(STRATA_USDT) && STRATA_USDT
   mtx_lock(&trace_lock);
-  bool want = PROBE_ON(otel_memory, alloc);
+  bool want = __atomic_load_n(&otel_memory_alloc_semaphore, __ATOMIC_RELAXED) != 0;
   if (want != __atomic_load_n(&prof_trace_seen, __ATOMIC_RELAXED)) {
     if (!prof_opt.prof) { /* with prof:true the sampler reads the semaphore itself */
       if (want) {
