@@ -64,6 +64,20 @@ static inline void alloc_fill(void *p, size_t usize, bool zero) {
  * class's usable size. A thread keeps up to PROF_PAGES freed one-page extents for its next
  * samples (prof.c: prof_page_get, prof_page_put), still counted as allocated, as cached
  * blocks are. */
+/* A promoted sample's redzone: the bytes after it on its page, from its usable size (16
+ * at least: a tag word may be written there) up to PROF_REDZONE of them, hold
+ * REDZONE_BYTE while it lives; its free checks them, so a write past the end of a sampled
+ * block is reported (jemalloc's redzones for sampled allocations, opt_safety_checks).
+ * Sampled blocks are rare (one per 512 KiB allocated by default): the fill and the check
+ * cost nothing measurable, and a profiled fleet finds overflows as it samples. */
+#define PROF_REDZONE 256
+#define REDZONE_BYTE 0xbc
+static inline size_t redzone_at(size_t usize) { return usize < 16 ? 16 : usize; }
+static inline size_t redzone_len(size_t usize) {
+  size_t at = redzone_at(usize), end = (usize + os_page - 1) & ~(os_page - 1);
+  return end > at ? (end - at < PROF_REDZONE ? end - at : PROF_REDZONE) : 0;
+}
+
 static NOINLINE void *prof_promote(tsd_t *tsd, szind_t ind, arena_t *a, bool zero) {
   sassert(ind <= SZ_NSMALL);
   size_t usize = sz_size[ind], esize = (usize + os_page - 1) & ~(os_page - 1);
@@ -71,11 +85,21 @@ static NOINLINE void *prof_promote(tsd_t *tsd, szind_t ind, arena_t *a, bool zer
   if (e != NULL) { /* a page this thread kept from a freed sample */
     e->szind = (uint16_t)ind;
     if (zero) memset((void *)e->addr, 0, usize);
-    return (void *)e->addr;
+  } else {
+    if ((e = arena_prof_page_alloc(a, esize, ind)) == NULL) return NULL;
+    if (zero && !e->zeroed) memset((void *)e->addr, 0, usize);
   }
-  if ((e = arena_prof_page_alloc(a, esize, ind)) == NULL) return NULL;
-  if (zero && !e->zeroed) memset((void *)e->addr, 0, usize);
+  memset((char *)e->addr + redzone_at(usize), REDZONE_BYTE, redzone_len(usize));
   return (void *)e->addr;
+}
+
+/* The offset of the first byte of promoted block p's redzone that was written over, or -1. */
+static ptrdiff_t redzone_damage(const void *p, size_t usize) {
+  const unsigned char *z = (const unsigned char *)p + redzone_at(usize);
+  for (size_t i = 0, n = redzone_len(usize); i < n; i++) {
+    if (z[i] != REDZONE_BYTE) return (ptrdiff_t)(redzone_at(usize) + i);
+  }
+  return -1;
 }
 
 /* ialloc's prof:true tail (reentrant held): counts p's bytes and records it when it holds
@@ -267,7 +291,10 @@ static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind,
   if (unlikely(prof_maybe_sampled(p, ed, ind)) && prof_free_sampled(tsd, p, ed)) return;
   if (unlikely(prof_want_thread)) prof_free_hook();
   if (ind <= SZ_NSMALL && !ed->slab && ed->arena_id != GUARD_ARENA) {
-    /* A promoted sampled block (prof_promote): its page extent goes back to its arena. */
+    /* A promoted sampled block (prof_promote): its redzone checked, then its page extent
+     * goes back to its arena (also after a safety_check_abort hook returned, as jemalloc). */
+    ptrdiff_t bad = redzone_damage(p, sz_size[ind]);
+    if (unlikely(bad >= 0)) strata_overflow(p, sz_size[ind], (size_t)bad);
     if (unlikely(opt.junk & JUNK_FREE)) memset(p, 0x5a, sz_size[ind]);
     tsd->deallocated += sz_size[ind];
     if (unlikely(tsd->reentrant)) return; /* a signal handler's free inside strata: leaked */

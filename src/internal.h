@@ -40,6 +40,7 @@ HIDDEN char *fmt_u64(char *buf, uint64_t v);  /* returns buf, NUL-terminated */
 HIDDEN char *fmt_hex(char *buf, uint64_t v);  /* "0x..." */
 HIDDEN NORETURN void strata_invalid_free(const char *func, const void *p);
 HIDDEN NORETURN void strata_fatal(const char *what);
+HIDDEN void strata_overflow(const void *p, size_t usize, size_t at); /* a sampled block's redzone */
 HIDDEN void strata_zero_realloc_abort(void); /* returns only where a safety_check_abort hook is set */
 /* A sized free whose size (and alignment) names another class than the block's. */
 HIDDEN void strata_size_mismatch(const char *func, const void *p, size_t size, size_t align,

@@ -129,6 +129,28 @@ void strata_size_mismatch(const char *func, const void *p, size_t size, size_t a
   safety_fail(parts, 12, NULL);
 }
 
+/* A write past the end of a sampled block, found by its redzone when it was freed (alloc.c,
+ * prof_promote). The block is intact and can be freed, so, as jemalloc, a program's
+ * safety_check_abort hook gets the message and the free goes on; without a hook: abort. */
+void strata_overflow(const void *p, size_t usize, size_t at) {
+  char hex[24], us[24], off[24];
+  const char *parts[] = {"<strata>: heap buffer overflow detected: the block at ", fmt_hex(hex, (uintptr_t)p),
+                         " (usable size ", fmt_u64(us, usize), ") was written at offset ", fmt_u64(off, at),
+                         " (a sampled block's redzone, checked at its free)\n"};
+  safety_check_hook_t *h = __atomic_load_n(&safety_check_hook, __ATOMIC_ACQUIRE);
+  if (h) {
+    char buf[512];
+    size_t len = 0;
+    for (int i = 0; i < 7; i++) {
+      for (const char *c = parts[i]; *c && len < sizeof(buf) - 1; c++) buf[len++] = *c;
+    }
+    buf[len] = '\0';
+    h(buf);
+    return;
+  }
+  safety_fail(parts, 7, NULL);
+}
+
 void strata_heap_corruption(const void *at, unsigned ind) {
   char hex[24], num[24];
   const char *parts[] = {"<strata>: heap corruption detected at ", fmt_hex(hex, (uintptr_t)at), " (free list of class ",
