@@ -1085,7 +1085,7 @@ HIDDEN void bg_postfork_child(void);
  * prof.c. With prof:false nothing here runs.
  */
 enum { PROF_FMT_JEMALLOC = 1, PROF_FMT_PPROF = 2 };
-#define PROF_THR_NAME 64 /* thread.prof.name, NUL included */
+#define PROF_THR_NAME 16 /* thread.prof.name, NUL included: jemalloc 5.3.1's PROF_THREAD_NAME_MAX_LEN */
 typedef struct prof_thr_s prof_thr_t;
 typedef struct { /* a thread's line in heap_v2 dumps, copied under prof_lock */
   uint64_t uid, cur_objs, cur_bytes, acc_objs, acc_bytes;

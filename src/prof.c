@@ -1055,13 +1055,15 @@ int prof_ctl_thread_name(const size_t *mib, size_t miblen, void *oldp, size_t *o
   if (newp != NULL) {
     if (newlen != sizeof(const char *)) return EINVAL;
     const char *s = *(const char **)newp;
-    if (s == NULL) return EFAULT;
+    if (s == NULL) return EINVAL; /* jemalloc 5.3.1's answers (5.3.0 said EFAULT) */
     size_t l = strlen(s);
-    /* A longer name is cut to fit, as jemalloc cuts it (its PROF_THREAD_NAME_MAX_LEN). */
-    if (l >= sizeof(prof_td.name)) l = sizeof(prof_td.name) - 1;
+    /* jemalloc: every character isgraph or isblank in the C locale, or EINVAL */
     for (size_t i = 0; i < l; i++) {
-      if (s[i] < 0x20 || s[i] == 0x7f) return EFAULT; /* jemalloc: printable characters only */
+      unsigned char c = (unsigned char)s[i];
+      if (!((c > 0x20 && c < 0x7f) || c == ' ' || c == '\t')) return EINVAL;
     }
+    /* A longer name is cut to fit, as jemalloc cuts it (PROF_THREAD_NAME_MAX_LEN, 16). */
+    if (l >= sizeof(prof_td.name)) l = sizeof(prof_td.name) - 1;
     memcpy(prof_td.name, s, l);
     prof_td.name[l] = '\0';
     if (prof_td.thr) { /* this thread's record in dumps */
