@@ -17,6 +17,7 @@ const char *malloc_conf = "background_thread:false";
 #endif
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -1049,6 +1050,61 @@ TEST(test_hooked_metadata_arenas_created_filled_destroyed)
         CHECK(arena_cmd(b, "destroy") == 0);
         for (int i = 0; i < mlog_n; i++)
             CHECK(mlog[i].back != BACK_NONE, "range %p+%zu never given back", mlog[i].addr, mlog[i].size);
+    }
+}
+
+/* A purge from another thread (arena.<i>.purge here, a background thread's decay in
+ * general) takes a batch of dirty extents while destroy has the extent lock dropped around
+ * its own hooks: destroy waits for it, and every extent is destroyed, none coming back to
+ * the destroyed arena. dalloc declines (the pages stay retained) and sleeps, so the
+ * batches stay out long enough to overlap. */
+static atomic_int racer_stop, destroy_in_hooks;
+static pthread_t destroyer;
+static bool m_dalloc_slow_keep(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned ind)
+{
+    (void)h, (void)addr, (void)size, (void)committed, (void)ind;
+    if (pthread_equal(pthread_self(), destroyer))
+        atomic_store(&destroy_in_hooks, 1); /* destroy's purge: its extent lock is dropped */
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+    return true;
+}
+static extent_hooks_t slow_keep_hooks = {m_alloc, m_dalloc_slow_keep, m_destroy, NULL, NULL, NULL, NULL, NULL, NULL};
+
+static void *purge_racer(void *arg)
+{
+    unsigned a = (unsigned)(uintptr_t)arg;
+    while (!atomic_load(&destroy_in_hooks) && !atomic_load(&racer_stop))
+        sched_yield();
+    while (!atomic_load(&racer_stop))
+        (void)arena_cmd(a, "purge"); /* EFAULT once the arena is gone */
+    return NULL;
+}
+
+TEST(test_destroy_waits_for_a_purge_it_raced)
+{
+    for (int round = 0; round < 3; round++) {
+        mlog_reset();
+        unsigned a = arena_create_data_hooks(&slow_keep_hooks);
+        enum { N = 400 };
+        static void *ps[N];
+        for (int i = 0; i < N; i++) {
+            ps[i] = mallocx(8 * KiB, MALLOCX_ARENA(a) | MALLOCX_TCACHE_NONE);
+            CHECK(ps[i] != NULL);
+        }
+        for (int i = 0; i < N; i++)
+            dallocx(ps[i], MALLOCX_TCACHE_NONE); /* no merge hook: N dirty extents */
+        atomic_store(&racer_stop, 0);
+        atomic_store(&destroy_in_hooks, 0);
+        destroyer = pthread_self();
+        pthread_t t;
+        CHECK(pthread_create(&t, NULL, purge_racer, (void *)(uintptr_t)a) == 0);
+        CHECK(arena_cmd(a, "destroy") == 0);
+        atomic_store(&racer_stop, 1);
+        pthread_join(t, NULL);
+        for (int i = 0; i < mlog_n; i++)
+            CHECK(mlog[i].back == BACK_DESTROY, "round %d: range %p+%zu %s after destroy", round, mlog[i].addr,
+                  mlog[i].size, mlog[i].back == BACK_NONE ? "never given back" : "came back by dalloc");
     }
 }
 
