@@ -194,7 +194,6 @@ typedef struct arena_s arena_t;
 HIDDEN meta_base_t *meta_base_new(arena_t *a, extent_hooks_t *h); /* NULL: the hook failed */
 HIDDEN unsigned meta_base_get(arena_t *a, unsigned pool, void **out, unsigned n);
 HIDDEN void meta_base_put(arena_t *a, unsigned pool, void *const *objs, unsigned n);
-HIDDEN size_t meta_base_mapped(const meta_base_t *mb);
 HIDDEN void meta_base_delete(arena_t *a, meta_base_t *mb); /* detached from a, which is destroyed */
 
 /* ------------------------------------------------------------------ rtree.c */

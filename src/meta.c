@@ -323,7 +323,7 @@ struct meta_base_s {
   extent_hooks_t *hooks; /* the hooks at creation: later arena.<i>.extent_hooks writes do not move it */
   meta_hblock_t *blocks;
   char *cur;
-  size_t left, next_size, mapped;
+  size_t left, next_size;
   void *free[META_NPOOLS]; /* free objects by pool, linked through their first word */
 };
 
@@ -365,7 +365,6 @@ meta_base_t *meta_base_new(arena_t *a, extent_hooks_t *h) {
   mb->cur = (char *)b + hdr;
   mb->left = MB_FIRST - hdr;
   mb->next_size = MB_FIRST * 2;
-  mb->mapped = MB_FIRST;
   return mb;
 }
 
@@ -383,7 +382,6 @@ static void *mb_obj(arena_t *a, meta_base_t *mb, unsigned pool) {
     if (b == NULL) return NULL;
     b->next = mb->blocks;
     mb->blocks = b;
-    mb->mapped += b->size;
     mb->cur = (char *)b + ((sizeof(*b) + 63) & ~(size_t)63);
     mb->left = b->size - (size_t)(mb->cur - (char *)b);
     if (mb->next_size < MB_MAX) mb->next_size *= 2;
@@ -412,8 +410,6 @@ void meta_base_put(arena_t *a, unsigned pool, void *const *objs, unsigned n) {
   }
   mtx_unlock(&a->mlock);
 }
-
-size_t meta_base_mapped(const meta_base_t *mb) { return mb->mapped; }
 
 /* No lock: a destroyed arena's base, already detached from it (arenas_user.c). Another
  * arena's thread may have read one of its descriptors through a stale page-map entry
