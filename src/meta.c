@@ -310,7 +310,7 @@ size_t meta_purge(void) {
  * and its elock; the hook is called with mlock held (jemalloc calls it under its base
  * mutex), the thread in_hook as for every hook.
  */
-#define MB_FIRST ((size_t)64 << 10) /* first block: the header and ~500 descriptors */
+#define MB_FIRST ((size_t)64 << 10) /* first block: the header and some 800 descriptors (80 B) */
 #define MB_MAX META_BLOCK          /* blocks double up to this, as jemalloc's base grows */
 
 typedef struct meta_hblock_s meta_hblock_t;
