@@ -8,8 +8,11 @@
  *   - every block from the arena, small or large, lies inside the file's mapping;
  *   - purging (arena.<i>.purge) goes through the hooks: purge_forced punches the pages
  *     out of the file (MADV_REMOVE), so the file's blocks on disk drop;
- *   - arena.<i>.destroy hands every extent to the destroy hook, which unmaps the file
- *     once all of it is back.
+ *   - the arena's own metadata (its extent descriptors and slab bitmaps) lives in the file
+ *     too: arenas.create with hooks takes it from the alloc hook (jemalloc's
+ *     metadata_use_hooks, true by default), so creating the arena calls alloc once;
+ *   - arena.<i>.destroy hands every extent to the destroy hook and the metadata blocks to
+ *     dalloc, so that all the file is back and can be unmapped.
  * Usage: pmem_arena [directory]   (default /dev/shm)
  */
 #define _GNU_SOURCE
@@ -29,7 +32,9 @@ static struct {
     char *base;       /* the file's mapping */
     size_t size;
     size_t used;      /* bump pointer: the hooks never give the same range twice */
-    size_t destroyed; /* bytes handed back by arena.<i>.destroy */
+    size_t handed;    /* bytes handed out (used less alignment gaps) */
+    size_t returned;  /* bytes handed back by arena.<i>.destroy */
+    bool destroying;  /* arena.<i>.destroy is running */
     unsigned nalloc, npurge, nsplit, nmerge, ndestroy;
     int fd;
 } pm;
@@ -44,6 +49,7 @@ static void *pm_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t ali
     if (at + size > pm.size || at + size < at)
         return NULL; /* the file is full: the allocation fails with ENOMEM */
     pm.used = at + size;
+    pm.handed += size;
     pm.nalloc++;
     *zero = true; /* a fresh tmpfs/DAX file reads as zeros */
     *commit = true;
@@ -51,22 +57,23 @@ static void *pm_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t ali
 }
 
 /* Returning true keeps the range in the arena (retained) instead of giving it back: a
- * bump allocator cannot take pieces back, so pages are only ever purged and destroyed. */
+ * bump allocator cannot take pieces back, so pages are only ever purged and destroyed.
+ * At arena.<i>.destroy the arena's metadata blocks come back through dalloc (there is no
+ * destroy for them, as in jemalloc): taken, since the whole arena is going. */
 static bool pm_dalloc(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned ind)
 {
-    (void)h, (void)addr, (void)size, (void)committed, (void)ind;
-    return true;
+    (void)h, (void)addr, (void)committed, (void)ind;
+    if (!pm.destroying)
+        return true;
+    pm.returned += size;
+    return false;
 }
 
 static void pm_destroy(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned ind)
 {
     (void)h, (void)addr, (void)committed, (void)ind;
     pm.ndestroy++;
-    pm.destroyed += size;
-    if (pm.destroyed == pm.used) { /* every byte the arena took is back: unmap the file */
-        munmap(pm.base, pm.size);
-        pm.base = NULL;
-    }
+    pm.returned += size;
 }
 
 /* Forced purge: free the file's blocks behind these pages (they read back as zeros). */
@@ -134,6 +141,9 @@ int main(int argc, char **argv)
     extent_hooks_t *hooks = &pm_hooks;
     if (mallctl("arenas.create", &arena, &sz, &hooks, sizeof hooks) != 0)
         return fail("arenas.create");
+    unsigned nalloc_meta = pm.nalloc; /* the arena's metadata, in the file before any block */
+    if (nalloc_meta == 0)
+        return fail("arenas.create took no metadata from the alloc hook");
     int flags = MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE;
 
     /* Small and large blocks: all inside the file. */
@@ -164,14 +174,17 @@ int main(int argc, char **argv)
         return fail("purging did not go through the purge_forced hook");
 
     snprintf(cmd, sizeof cmd, "arena.%u.destroy", arena);
+    pm.destroying = true;
     if (mallctl(cmd, NULL, NULL, NULL, 0) != 0)
         return fail("arena.<i>.destroy");
-    if (pm.base != NULL || pm.destroyed != pm.used)
+    if (pm.returned != pm.handed)
         return fail("destroy did not hand the whole file back");
-    printf("pmem_arena: %d blocks (%zu bytes) in a %zu MiB file mapping; hooks: %u alloc, %u split, %u merge, "
-           "%u purge_forced, %u destroy; file %ld KiB full, %ld KiB after purge; unmapped at destroy\n",
-           N, total, FILE_SIZE >> 20, pm.nalloc, pm.nsplit, pm.nmerge, pm.npurge, pm.ndestroy, kib_full,
-           kib_purged);
+    munmap(pm.base, pm.size); /* every byte the arena took is back */
+    printf("pmem_arena: %d blocks (%zu bytes) in a %zu MiB file mapping; hooks: %u alloc (%u at creation, for "
+           "metadata), %u split, %u merge, %u purge_forced, %u destroy; file %ld KiB full, %ld KiB after purge; "
+           "unmapped after destroy\n",
+           N, total, FILE_SIZE >> 20, pm.nalloc, nalloc_meta, pm.nsplit, pm.nmerge, pm.npurge, pm.ndestroy,
+           kib_full, kib_purged);
     close(pm.fd);
     return 0;
 }

@@ -43,6 +43,7 @@ arena_t *arena_get(unsigned ind) {
     if (a != NULL) {
       if (!mtx_zero_is_init()) {
         mtx_init(&a->elock);
+        mtx_init(&a->mlock);
         for (unsigned i = 0; i <= SZ_NSMALL; i++) mtx_init(&a->bins[i].lock);
       }
       a->ind = ind;

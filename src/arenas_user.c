@@ -76,7 +76,7 @@ static void arena_reset_locked(arena_t *a) {
     edata_t *next = e->lru_next;
     e->lru_next = e->lru_prev = NULL;
     if (e->slab) {
-      bitmap_free(e->szind, e->bitmap);
+      bitmap_free(a, e->szind, e->bitmap);
       e->bitmap = NULL;
       extent_deregister_interior(e);
     }
@@ -102,15 +102,39 @@ static void arena_reset_locked(arena_t *a) {
   if (newp != NULL || newlen != 0 || oldp != NULL || oldlenp != NULL) return EPERM
 
 
+/* A reused arena's spare descriptors and bitmaps came from the shared pools: they go back
+ * there before the arena takes a base of its own, whose free lists hold only its blocks. */
+static void arena_meta_to_pools(arena_t *a) {
+  for (unsigned b = 1; b <= SZ_NSMALL; b++) {
+    bin_t *bin = &a->bins[b];
+    mtx_lock(&bin->lock);
+    bitmap_free(a, b, bin->bm_spare);
+    bin->bm_spare = NULL;
+    mtx_unlock(&bin->lock);
+  }
+  mtx_lock(&a->elock);
+  edata_cache_flush(a, 0);
+  mtx_unlock(&a->elock);
+}
+
 int au_arenas_create(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
                            size_t newlen) {
   (void)mib;
   (void)miblen;
+  if (newp != NULL && newlen != sizeof(extent_hooks_t *)) return EINVAL;
+  /* jemalloc's arena_config_default: metadata_use_hooks true */
+  return au_create(oldp, oldlenp, newp != NULL ? (extent_hooks_t **)newp : NULL, true);
+}
+
+/* arenas.create and experimental.arenas_create_ext: hp NULL for no hooks. With hooks and
+ * metadata_use_hooks, the arena's descriptors and bitmaps come from its alloc hook (meta.c,
+ * meta_base_new), whose first call is made here: if it fails the arena is not created and
+ * the answer is EAGAIN, as jemalloc's (its arena_new fails in base_new). */
+int au_create(void *oldp, size_t *oldlenp, extent_hooks_t *const *hp, bool metadata_use_hooks) {
   if (oldp == NULL || oldlenp == NULL || *oldlenp != sizeof(unsigned)) return EINVAL;
   extent_hooks_t *h = NULL;
-  if (newp != NULL) {
-    if (newlen != sizeof(extent_hooks_t *)) return EINVAL;
-    h = *(extent_hooks_t **)newp;
+  if (hp != NULL) {
+    h = *hp;
     /* alloc is the one mandatory member; a misaligned pointer is none (cheap to catch). */
     if (h == NULL || ((uintptr_t)h & (_Alignof(extent_hooks_t) - 1)) != 0 || h->alloc == NULL) return EINVAL;
     if (h == &ehooks_default) h = NULL;
@@ -134,8 +158,23 @@ int au_arenas_create(const size_t *mib, size_t miblen, void *oldp, size_t *oldle
   mtx_unlock(&arenas_lock);
   arena_t *a = arena_get(ind); /* the slot is reserved: creates, or returns the old one */
   if (a == NULL) return EAGAIN; /* the index stays free (arenas[ind] NULL is skipped) */
+  meta_base_t *mb = NULL;
+  if (h != NULL && metadata_use_hooks) {
+    arena_meta_to_pools(a);
+    mb = meta_base_new(a, h);
+    if (mb == NULL) { /* the index awaits reuse, as after a destroy */
+      mtx_lock(&a->elock);
+      a->user = 1;
+      __atomic_store_n(&a->destroyed, 1, __ATOMIC_RELEASE);
+      mtx_unlock(&a->elock);
+      return EAGAIN;
+    }
+  }
   mtx_lock(&a->elock);
   a->user = 1;
+  mtx_lock(&a->mlock);
+  a->mbase = mb;
+  mtx_unlock(&a->mlock);
   a->grow_next = (size_t)2 << 20;
   uint64_t now = decay_now();
   decay_init(&a->ddecay, __atomic_load_n(&arenas_dirty_decay_ms, __ATOMIC_RELAXED), now);
@@ -164,24 +203,41 @@ static int reset_destroy(const size_t *mib, void *oldp, size_t *oldlenp, void *n
   }
   /* Another thread's purge (a background thread's decay, a trim) may hold extents of this
    * arena outside the elock: wait until they are back in a set, so that they are
-   * destroyed with the rest instead of coming back to a destroyed arena. */
-  while (a->npurging) {
-    mtx_unlock(&a->elock);
-    sched_yield();
-    mtx_lock(&a->elock);
-  }
-  /* Purge what the hooks allow, then hand every page back (destroy hook or munmap). */
-  extent_purge(a, ES_DIRTY, 0, false);
-  extent_purge(a, ES_MUZZY, 0, false);
-  extent_destroy_all(a);
+   * destroyed with the rest instead of coming back to a destroyed arena. The purges and
+   * extent_destroy_all below drop the elock too, and such a thread may take a batch of
+   * what is still in the sets meanwhile: so again until none is out when they are done
+   * (the elock then held, none can start). Purge what the hooks allow, then hand every
+   * page back (destroy hook or munmap). */
+  do {
+    while (a->npurging) {
+      mtx_unlock(&a->elock);
+      sched_yield();
+      mtx_lock(&a->elock);
+    }
+    extent_purge(a, ES_DIRTY, 0, false);
+    extent_purge(a, ES_MUZZY, 0, false);
+    extent_destroy_all(a);
+  } while (a->npurging);
   arena_counts_t c;
   counts_read(a, &c, true);
   for (unsigned b = 1; b <= SZ_NSMALL; b++) a->bins[b].nmalloc = a->bins[b].ndalloc = 0;
   a->nlarge_malloc = a->nlarge_dalloc = a->npurged = 0;
   a->purge_pending = false;
   __atomic_store_n(&a->hooks, NULL, __ATOMIC_RELEASE);
+  /* Its own metadata: nothing of the arena points into it once its cached descriptors and
+   * spare bitmaps are dropped with it (the page map's entries went with the extents). */
+  meta_base_t *mb = a->mbase;
+  if (mb != NULL) {
+    mtx_lock(&a->mlock);
+    a->mbase = NULL;
+    mtx_unlock(&a->mlock);
+    a->edata_free = NULL;
+    a->edata_nfree = 0;
+    for (unsigned b = 1; b <= SZ_NSMALL; b++) a->bins[b].bm_spare = NULL;
+  }
   __atomic_store_n(&a->destroyed, 1, __ATOMIC_RELEASE);
   arena_unlock_all(a);
+  if (mb != NULL) meta_base_delete(a, mb); /* its blocks back through the hooks it had at creation */
   mtx_lock(&arenas_lock);
   counts_add(&destroyed_counts, &c);
   destroyed_any = true;

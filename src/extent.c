@@ -102,7 +102,7 @@ static edata_t *edata_get(arena_t *a) {
   edata_t *e = a->edata_free;
   if (e == NULL) {
     void *objs[EDATA_BATCH];
-    unsigned n = meta_pool_get(META_POOL_EDATA, objs, EDATA_BATCH);
+    unsigned n = arena_meta_get(a, META_POOL_EDATA, objs, EDATA_BATCH);
     if (n == 0) return NULL;
     for (unsigned i = n; i-- > 1;) {
       edata_t *f = objs[i];
@@ -134,7 +134,7 @@ void edata_cache_flush(arena_t *a, unsigned keep) {
       a->edata_nfree--;
       objs[n++] = e;
     }
-    meta_pool_put(META_POOL_EDATA, objs, n);
+    arena_meta_put(a, META_POOL_EDATA, objs, n);
   }
 }
 

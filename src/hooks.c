@@ -233,21 +233,25 @@ int hooks_ctl_batch_alloc(const size_t *mib, size_t miblen, void *oldp, size_t *
   return ctl_copy_out(oldp, oldlenp, &filled, sizeof(filled));
 }
 
-/* experimental.arenas_create_ext: arenas.create with jemalloc's arena_config_t. strata's
- * metadata never comes from extent hooks, so metadata_use_hooks has no effect. */
+/* experimental.arenas_create_ext: arenas.create with jemalloc's arena_config_t. No new
+ * value is jemalloc's arena_config_default: default hooks, metadata_use_hooks true. With
+ * hooks and metadata_use_hooks, the arena's metadata comes from its alloc hook
+ * (arenas_user.c, au_create); with the default hooks it comes from strata's own pools,
+ * which take their pages from the OS as the default hooks would. */
 typedef struct {
   extent_hooks_t *extent_hooks;
   bool metadata_use_hooks;
 } arena_config_t;
 int hooks_ctl_arenas_create_ext(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
                                 size_t newlen) {
-  arena_config_t c = {0};
+  (void)mib, (void)miblen;
+  arena_config_t c = {NULL, true};
   if (newp != NULL) {
     if (newlen != sizeof(c)) return EINVAL;
     memcpy(&c, newp, sizeof(c));
   }
-  if (c.extent_hooks == NULL) return au_arenas_create(mib, miblen, oldp, oldlenp, NULL, 0);
-  return au_arenas_create(mib, miblen, oldp, oldlenp, &c.extent_hooks, sizeof(c.extent_hooks));
+  if (c.extent_hooks == NULL) return au_create(oldp, oldlenp, NULL, c.metadata_use_hooks);
+  return au_create(oldp, oldlenp, &c.extent_hooks, c.metadata_use_hooks);
 }
 
 static bool arena_exists(size_t ind) {

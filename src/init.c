@@ -2,7 +2,7 @@
  * init.c - lazy, re-entrant initialisation (safe before main, from the dynamic loader and
  * under dlsym), the thread state, and fork handling. Lock order, which prefork follows:
  * bg_lock (background.c), init_lock, tcache_list_lock, arenas_lock, then per arena in index
- * order its bin locks (by class) and its elock, then guard_lock, rtree_lock, meta_lock,
+ * order its bin locks (by class), its elock and its mlock, then guard_lock, rtree_lock, meta_lock,
  * and last bt_lock (backtrace.c: a leaf, held only while unwinding).
  */
 #include <pthread.h>
@@ -100,6 +100,7 @@ static void fork_locks(void (*op)(mtx_t *), bool reverse) {
       if (a == NULL) continue;
       for (unsigned b = 1; b <= SZ_NSMALL; b++) op(&a->bins[b].lock);
       op(&a->elock);
+      op(&a->mlock);
     }
     for (int i = 0; i < 3; i++) op(tail[i]);
   } else {
@@ -107,6 +108,7 @@ static void fork_locks(void (*op)(mtx_t *), bool reverse) {
     for (unsigned i = narenas_total; i-- > 0;) {
       arena_t *a = arenas[i];
       if (a == NULL) continue;
+      op(&a->mlock);
       op(&a->elock);
       for (unsigned b = SZ_NSMALL; b >= 1; b--) op(&a->bins[b].lock);
     }

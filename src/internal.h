@@ -187,6 +187,15 @@ HIDDEN size_t meta_pool_used(unsigned pool);
  * of every arena (malloc_trim, arena.<i>.purge) and by the container-limit purge. */
 HIDDEN size_t meta_purge(void);
 HIDDEN void meta_postfork_child(void);
+/* An arena's own metadata (metadata_use_hooks): descriptors and bitmaps from blocks of its
+ * extent hooks, given back at arena.<i>.destroy. Get and put take the arena's mlock;
+ * arena_meta_get and arena_meta_put (below) choose between these and the pools. */
+typedef struct meta_base_s meta_base_t;
+typedef struct arena_s arena_t;
+HIDDEN meta_base_t *meta_base_new(arena_t *a, extent_hooks_t *h); /* NULL: the hook failed */
+HIDDEN unsigned meta_base_get(arena_t *a, unsigned pool, void **out, unsigned n);
+HIDDEN void meta_base_put(arena_t *a, unsigned pool, void *const *objs, unsigned n);
+HIDDEN void meta_base_delete(arena_t *a, meta_base_t *mb); /* detached from a, which is destroyed */
 
 /* ------------------------------------------------------------------ rtree.c */
 /*
@@ -524,7 +533,7 @@ HIDDEN void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, u
 HIDDEN void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n);
 HIDDEN void bin_release_spare(arena_t *a, szind_t ind);
 HIDDEN void slab_boot(void);                          /* the bitmap pools */
-HIDDEN void bitmap_free(szind_t ind, uint64_t *bm);   /* a slab's bitmap back to its pool */
+HIDDEN void bitmap_free(arena_t *a, szind_t ind, uint64_t *bm); /* a slab's bitmap back to a's pool */
 HIDDEN unsigned slab_bitmap_pool(szind_t ind);        /* the meta pool of class ind's bitmaps */
 HIDDEN size_t slab_bitmap_block(szind_t ind);         /* and its block size */
 HIDDEN extern bool slab_bitmap_test_fail; /* unit tests: a full slab cannot get its bitmap back */
@@ -580,6 +589,10 @@ struct arena_s {
   uint8_t destroyed;      /* arena.<i>.destroy'ed: its index awaits reuse */
   edata_t *active_head;   /* user arenas: active extents through lru_next/prev (elock) */
   uint64_t gen;           /* atomic; advanced by reset and destroy with every bin lock held */
+  /* metadata_use_hooks: the arena's own metadata (meta.c), set at creation before the arena
+   * is live and cleared by destroy with every lock held; NULL: the shared pools. */
+  meta_base_t *mbase;
+  mtx_t mlock;            /* guards *mbase; a leaf, after the bin locks and the elock */
   /* The arena's active pages at their highest in this half decay time and in the one
    * before (elock): its dirty cap (decay.c). */
   size_t peak_active[2];
@@ -981,6 +994,19 @@ static inline extent_hooks_t *arena_hooks(const arena_t *a) {
   return __atomic_load_n(&a->hooks, __ATOMIC_ACQUIRE);
 }
 HIDDEN void *ehooks_alloc(arena_t *a, extent_hooks_t *h, size_t size, size_t align, bool *zero, bool *commit);
+/* Descriptors and bitmaps of arena a: its own base if it has one, else the shared pools.
+ * Slow paths only (edata caches, new slabs, bitmaps of slabs that were full). */
+static inline unsigned arena_meta_get(arena_t *a, unsigned pool, void **out, unsigned n) {
+  if (unlikely(a->mbase != NULL)) return meta_base_get(a, pool, out, n);
+  return meta_pool_get(pool, out, n);
+}
+static inline void arena_meta_put(arena_t *a, unsigned pool, void *const *objs, unsigned n) {
+  if (unlikely(a->mbase != NULL)) {
+    meta_base_put(a, pool, objs, n);
+  } else {
+    meta_pool_put(pool, objs, n);
+  }
+}
 HIDDEN bool ehooks_dalloc(arena_t *a, extent_hooks_t *h, void *addr, size_t size, bool committed);
 HIDDEN void ehooks_destroy(arena_t *a, extent_hooks_t *h, void *addr, size_t size, bool committed);
 HIDDEN bool ehooks_commit(arena_t *a, extent_hooks_t *h, void *addr, size_t size);
@@ -999,6 +1025,8 @@ HIDDEN extern unsigned narenas_total; /* atomic: 1 + the highest index ever used
 #define arena_ind_is_user(i) ((i) > narenas)
 /* mallctl names of arenas_user.c and tcache.c: ENOENT if none matches. */
 /* mallctl handlers (rows of ctl.c's table) */
+/* arenas.create's work: hp NULL for no hooks (experimental.arenas_create_ext calls it too). */
+HIDDEN int au_create(void *oldp, size_t *oldlenp, extent_hooks_t *const *hp, bool metadata_use_hooks);
 HIDDEN ctl_handler_t au_arenas_create, au_arena_reset, au_arena_destroy, au_arena_initialized,
     au_arena_extent_hooks, au_thread_arena, au_tcache_create, au_tcache_flush, au_tcache_destroy;
 /* Counters of destroyed arenas (MALLCTL_ARENAS_DESTROYED); false while none was destroyed. */

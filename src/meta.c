@@ -19,6 +19,7 @@ static char *meta_cur;      /* guarded by meta_lock */
 static size_t meta_left;
 static size_t meta_bump_mapped;  /* atomic: bytes of bump blocks */
 static size_t meta_pool_bytes;   /* atomic: chunk headers and pool pages in use or being purged */
+static size_t meta_hooked_bytes; /* atomic: blocks hooked arenas took from their hooks (below) */
 
 void *meta_alloc(size_t size) {
   size_t align = size >= 64 ? 64 : 16;
@@ -265,10 +266,11 @@ static size_t pool_purge(void) {
 }
 
 /* Metadata that may be resident (stats.metadata, and the container limit's count): bump
- * blocks, chunk headers, pool pages not purged, page-map pages not purged. */
+ * blocks, chunk headers, pool pages not purged, page-map pages not purged, and the blocks
+ * hooked arenas took from their hooks (as jemalloc counts every base). */
 size_t meta_mapped(void) {
   return __atomic_load_n(&meta_bump_mapped, __ATOMIC_RELAXED) + __atomic_load_n(&meta_pool_bytes, __ATOMIC_RELAXED) +
-         rtree_resident_bytes();
+         __atomic_load_n(&meta_hooked_bytes, __ATOMIC_RELAXED) + rtree_resident_bytes();
 }
 
 /* The child of a fork: a purge another thread had in flight is over (its thread is gone);
@@ -292,4 +294,141 @@ size_t meta_purge(void) {
   size_t n = pool_purge() + rtree_purge();
   __atomic_store_n(&meta_purge_running, false, __ATOMIC_RELEASE);
   return n;
+}
+
+/* ---------------------------------------------------------------- an arena's own metadata */
+/*
+ * An arena created with extent hooks and metadata_use_hooks (jemalloc's default for
+ * arenas.create with hooks and for experimental.arenas_create_ext) takes its extent
+ * descriptors and slab bitmaps from blocks its alloc hook supplies, as jemalloc's
+ * per-arena base does, and arena.<i>.destroy gives the blocks back through the hooks.
+ * The first block is taken when the arena is created (a hook that cannot supply it fails
+ * the creation) and holds the meta_base_t; objects are bumped from the newest block and
+ * kept on per-pool free lists, so an address that held an edata only ever holds an edata
+ * until the block goes (see first_unused for why). Nothing is purged before destroy: the
+ * memory is the program's. Guarded by the arena's mlock, a leaf taken under its bin locks
+ * and its elock; the hook is called with mlock held (jemalloc calls it under its base
+ * mutex), the thread in_hook as for every hook.
+ */
+#define MB_FIRST ((size_t)64 << 10) /* first block: the header and some 800 descriptors (80 B) */
+#define MB_MAX META_BLOCK          /* blocks double up to this, as jemalloc's base grows */
+
+typedef struct meta_hblock_s meta_hblock_t;
+struct meta_hblock_s {
+  meta_hblock_t *next; /* newest first; the first block (holding the base) last */
+  size_t size;
+};
+
+struct meta_base_s {
+  extent_hooks_t *hooks; /* the hooks at creation: later arena.<i>.extent_hooks writes do not move it */
+  meta_hblock_t *blocks;
+  char *cur;
+  size_t left, next_size;
+  void *free[META_NPOOLS]; /* free objects by pool, linked through their first word */
+};
+
+/* A block of at least size bytes from the hooks, committed; NULL if the hook fails. */
+static meta_hblock_t *mb_block(arena_t *a, extent_hooks_t *h, size_t size) {
+  bool zero = true, commit = true;
+  void *p = ehooks_alloc(a, h, size, os_page, &zero, &commit);
+  if (p == NULL) return NULL;
+  if (!commit && ehooks_commit(a, h, p, size)) {
+    if (ehooks_dalloc(a, h, p, size, false)) ehooks_destroy(a, h, p, size, false);
+    return NULL;
+  }
+  meta_hblock_t *b = p;
+  b->next = NULL;
+  b->size = size;
+  __atomic_fetch_add(&meta_hooked_bytes, size, __ATOMIC_RELAXED);
+  return b;
+}
+
+/* jemalloc's base_unmap: dalloc, else decommit, else purge_forced, else purge_lazy; the
+ * first that succeeds ends it, and if none does the pages stay the program's. */
+static void mb_unmap(arena_t *a, extent_hooks_t *h, meta_hblock_t *b) {
+  size_t size = b->size;
+  __atomic_fetch_sub(&meta_hooked_bytes, size, __ATOMIC_RELAXED);
+  if (!ehooks_dalloc(a, h, b, size, true)) return;
+  if (!ehooks_decommit(a, h, b, size)) return;
+  if (!ehooks_purge_forced(a, h, b, size)) return;
+  (void)ehooks_purge_lazy(a, h, b, size);
+}
+
+meta_base_t *meta_base_new(arena_t *a, extent_hooks_t *h) {
+  meta_hblock_t *b = mb_block(a, h, MB_FIRST);
+  if (b == NULL) return NULL;
+  size_t hdr = (sizeof(meta_hblock_t) + sizeof(meta_base_t) + 63) & ~(size_t)63;
+  meta_base_t *mb = (meta_base_t *)(b + 1);
+  memset(mb, 0, sizeof(*mb));
+  mb->hooks = h;
+  mb->blocks = b;
+  mb->cur = (char *)b + hdr;
+  mb->left = MB_FIRST - hdr;
+  mb->next_size = MB_FIRST * 2;
+  return mb;
+}
+
+/* mlock held: one object of the pool, from its free list or bumped; NULL if the hook
+ * cannot supply a new block. */
+static void *mb_obj(arena_t *a, meta_base_t *mb, unsigned pool) {
+  void *o = mb->free[pool];
+  if (o != NULL) {
+    mb->free[pool] = *(void **)o;
+    return o;
+  }
+  size_t size = meta_pools[pool].size; /* a multiple of 16: objects stay 16-byte aligned */
+  if (mb->left < size) {
+    meta_hblock_t *b = mb_block(a, mb->hooks, mb->next_size);
+    if (b == NULL) return NULL;
+    b->next = mb->blocks;
+    mb->blocks = b;
+    mb->cur = (char *)b + ((sizeof(*b) + 63) & ~(size_t)63);
+    mb->left = b->size - (size_t)(mb->cur - (char *)b);
+    if (mb->next_size < MB_MAX) mb->next_size *= 2;
+  }
+  o = mb->cur;
+  mb->cur += size;
+  mb->left -= size;
+  return o;
+}
+
+unsigned meta_base_get(arena_t *a, unsigned pool, void **out, unsigned n) {
+  mtx_lock(&a->mlock);
+  meta_base_t *mb = a->mbase;
+  unsigned got = 0;
+  while (got < n && (out[got] = mb_obj(a, mb, pool)) != NULL) got++;
+  mtx_unlock(&a->mlock);
+  return got;
+}
+
+void meta_base_put(arena_t *a, unsigned pool, void *const *objs, unsigned n) {
+  mtx_lock(&a->mlock);
+  meta_base_t *mb = a->mbase;
+  for (unsigned k = 0; k < n; k++) {
+    *(void **)objs[k] = mb->free[pool];
+    mb->free[pool] = objs[k];
+  }
+  mtx_unlock(&a->mlock);
+}
+
+/* No lock: a destroyed arena's base, already detached from it (arenas_user.c). Another
+ * arena's thread may have read one of its descriptors through a stale page-map entry
+ * (extent.c, mergeable: always under that arena's elock), so every other arena's elock is
+ * taken once before the blocks go back: a reader that saw an entry of this arena has
+ * finished with it, and the entries are gone from the page map. */
+void meta_base_delete(arena_t *a, meta_base_t *mb) {
+  unsigned n = __atomic_load_n(&narenas_total, __ATOMIC_ACQUIRE);
+  for (unsigned i = 0; i < n; i++) {
+    arena_t *o = __atomic_load_n(&arenas[i], __ATOMIC_ACQUIRE);
+    if (o == NULL || o == a) continue;
+    mtx_lock(&o->elock);
+    mtx_unlock(&o->elock);
+  }
+  extent_hooks_t *h = mb->hooks;
+  meta_hblock_t *b = mb->blocks; /* the first block, which holds mb, comes last */
+  while (b != NULL) {
+    meta_hblock_t *next = b->next;
+    mb_unmap(a, h, b);
+    b = next;
+  }
 }

@@ -46,10 +46,10 @@ void slab_boot(void) {
   }
 }
 
-void bitmap_free(szind_t ind, uint64_t *bm) {
+void bitmap_free(arena_t *a, szind_t ind, uint64_t *bm) {
   if (bm == NULL) return; /* a full slab's, dropped (slab_bitmap_drop) */
   void *p = bm;
-  meta_pool_put(bitmap_pool(ind), &p, 1);
+  arena_meta_put(a, bitmap_pool(ind), &p, 1);
 }
 
 /*
@@ -72,10 +72,10 @@ static void slab_bitmap_drop(bin_t *bin, edata_t *s) {
 
 /* The bitmap of a full slab that had dropped it, every region taken; NULL if the pools
  * cannot grow (out of memory: the caller keeps the regions on a remote chain). */
-static uint64_t *slab_bitmap_regain(bin_t *bin, szind_t ind, edata_t *s) {
+static uint64_t *slab_bitmap_regain(arena_t *a, bin_t *bin, szind_t ind, edata_t *s) {
   void *bm = bin->bm_spare;
   bin->bm_spare = NULL;
-  if (bm == NULL && (slab_bitmap_test_fail || meta_pool_get(bitmap_pool(ind), &bm, 1) == 0)) return NULL;
+  if (bm == NULL && (slab_bitmap_test_fail || arena_meta_get(a, bitmap_pool(ind), &bm, 1) == 0)) return NULL;
   memset(bm, 0, bin_info[ind].bm_words * sizeof(uint64_t));
   s->bitmap = bm;
   return bm;
@@ -125,7 +125,7 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   const bin_info_t *bi = &bin_info[ind];
   void *bmp = bin->bm_spare;
   bin->bm_spare = NULL;
-  if (bmp == NULL && meta_pool_get(bitmap_pool(ind), &bmp, 1) == 0) return NULL;
+  if (bmp == NULL && arena_meta_get(a, bitmap_pool(ind), &bmp, 1) == 0) return NULL;
   uint64_t *bm = bmp;
   bool hooked = arena_hooks(a) != NULL;
   uint64_t gen = __atomic_load_n(&a->gen, __ATOMIC_ACQUIRE);
@@ -149,7 +149,7 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
     if (bin->bm_spare == NULL) {
       bin->bm_spare = bm;
     } else {
-      bitmap_free(ind, bm);
+      bitmap_free(a, ind, bm);
     }
     return NULL;
   }
@@ -176,7 +176,7 @@ static void slab_release(arena_t *a, bin_t *bin, edata_t *s) {
   if (bin->bm_spare == NULL) {
     bin->bm_spare = s->bitmap;
   } else {
-    bitmap_free(s->szind, s->bitmap);
+    bitmap_free(a, s->szind, s->bitmap);
   }
   s->bitmap = NULL;
   bin->curslabs--;
@@ -366,7 +366,7 @@ static void bin_dalloc_runs_locked(arena_t *a, szind_t ind, slab_run_t *runs, un
     uintptr_t base = s->addr;
     uint64_t *bm = s->bitmap;
     void *p = runs[r].head;
-    if (bm == NULL && (bm = slab_bitmap_regain(bin, ind, s)) == NULL) {
+    if (bm == NULL && (bm = slab_bitmap_regain(a, bin, ind, s)) == NULL) {
       /* No memory for the bitmap: the regions stay handed out (curregs) on a remote
        * chain, which the next fill takes first; a free never fails. */
       bin_keep_run(bin, ind, p, runs[r].len);
@@ -425,7 +425,7 @@ static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szi
       if (!(e & RT_SLAB) || rt_field(e) != rt_ind * TBIN_SIZE || t == NULL || t->arena_id != id || (uintptr_t)p - t->addr > slab_last(t, size))
         break;
       uint64_t *tbm = t->bitmap;
-      if (tbm == NULL && (tbm = slab_bitmap_regain(bin, ind, t)) == NULL) break;
+      if (tbm == NULL && (tbm = slab_bitmap_regain(a, bin, ind, t)) == NULL) break;
       if (s != NULL) {
         uint32_t before = s->nfree;
         s->nfree += done - start;
@@ -580,7 +580,7 @@ void bin_release_spare(arena_t *a, szind_t ind) {
     slab_release(a, bin, s);
   }
   if (bin->bm_spare) {
-    bitmap_free(ind, bin->bm_spare);
+    bitmap_free(a, ind, bin->bm_spare);
     bin->bm_spare = NULL;
   }
   mtx_unlock(&bin->lock);

@@ -17,6 +17,7 @@ const char *malloc_conf = "background_thread:false";
 #endif
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -31,6 +32,29 @@ static unsigned arena_create(extent_hooks_t *h)
     size_t sz = sizeof ind;
     int err = h ? mallctl("arenas.create", &ind, &sz, &h, sizeof h) : mallctl("arenas.create", &ind, &sz, NULL, 0);
     CHECK(err == 0, "arenas.create: %d", err);
+    return ind;
+}
+
+/* jemalloc's arena_config_t (experimental.arenas_create_ext) */
+typedef struct {
+    extent_hooks_t *extent_hooks;
+    bool metadata_use_hooks;
+} arena_config_t;
+
+static int arena_create_ext(extent_hooks_t *h, bool metadata_use_hooks, unsigned *ind)
+{
+    arena_config_t c = {h, metadata_use_hooks};
+    size_t sz = sizeof *ind;
+    return mallctl("experimental.arenas_create_ext", ind, &sz, &c, sizeof c);
+}
+
+/* An arena whose hooks serve its extents only (metadata_use_hooks false): tests that count
+ * the hooks' calls and bytes for the extents alone. */
+static unsigned arena_create_data_hooks(extent_hooks_t *h)
+{
+    unsigned ind = 0;
+    int err = arena_create_ext(h, false, &ind);
+    CHECK(err == 0, "experimental.arenas_create_ext: %d", err);
     return ind;
 }
 
@@ -518,7 +542,7 @@ TEST(test_hooks_are_called_for_alloc_commit_split_merge_purge_destroy)
     counters_zero();
     static extent_hooks_t keep = {c_alloc, c_dalloc_keep, c_destroy, c_commit, c_decommit,
                                   c_purge_lazy, c_purge_forced, c_split, c_merge};
-    unsigned a = arena_create(&keep);
+    unsigned a = arena_create_data_hooks(&keep);
     char *p = mallocx(64 * KiB, MALLOCX_ARENA(a));
     CHECK(p != NULL);
     CHECK(atomic_load(&n_alloc) == 1, "alloc %ld", atomic_load(&n_alloc));
@@ -554,7 +578,7 @@ TEST(test_hooks_without_purge_never_purge)
 {
     counters_zero();
     static extent_hooks_t nopurge = {c_alloc, NULL, c_destroy, c_commit, NULL, NULL, NULL, c_split, c_merge};
-    unsigned a = arena_create(&nopurge);
+    unsigned a = arena_create_data_hooks(&nopurge);
     char *p = mallocx(256 * KiB, MALLOCX_ARENA(a));
     CHECK(p != NULL);
     memset(p, 0x5c, 256 * KiB);
@@ -813,6 +837,275 @@ TEST(test_mallctlnametomib_and_bymib_reach_the_new_names)
     CHECK(mallctlnametomib("arena.0.initialized", mib, &miblen) == 0);
     mib[1] = a;
     CHECK(mallctlbymib(mib, miblen, &init, &sz, NULL, 0) == 0 && !init);
+}
+
+/* ---------------------------------------------------------------- metadata_use_hooks */
+/* Hooks that log every range they hand out and how it came back (dalloc or destroy), so a
+ * test can tell the arena's metadata blocks (taken at creation and as the arena grows,
+ * given back through dalloc at destroy, as jemalloc's base does) from its extents. */
+enum { LOG_MAX = 16384, BACK_NONE = 0, BACK_DALLOC, BACK_DESTROY };
+static struct {
+    void *addr;
+    size_t size;
+    int back;
+} mlog[LOG_MAX];
+static int mlog_n;
+static atomic_int mlog_fail; /* alloc fails while set */
+static pthread_mutex_t mlog_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *m_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t align, bool *zero, bool *commit,
+                     unsigned ind)
+{
+    (void)h, (void)ind;
+    if (new_addr != NULL || atomic_load(&mlog_fail))
+        return NULL;
+    size_t total = size + align;
+    char *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    char *a = (char *)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
+    if (a > p)
+        munmap(p, (size_t)(a - p));
+    munmap(a + size, (size_t)(p + total - (a + size)));
+    *zero = *commit = true;
+    pthread_mutex_lock(&mlog_lock);
+    CHECK(mlog_n < LOG_MAX, "more than %d hook allocations", LOG_MAX);
+    if (mlog_n < LOG_MAX)
+        mlog[mlog_n++] = (typeof(mlog[0])){a, size, BACK_NONE};
+    pthread_mutex_unlock(&mlog_lock);
+    return a;
+}
+
+/* Marks what comes back; a range is split and merged by strata, so a piece is found by the
+ * logged range that contains it. */
+static void mlog_back(void *addr, size_t size, int how)
+{
+    pthread_mutex_lock(&mlog_lock);
+    int found = 0;
+    for (int i = 0; i < mlog_n; i++) {
+        char *b = mlog[i].addr;
+        if ((char *)addr >= b && (char *)addr + size <= b + mlog[i].size) {
+            CHECK(mlog[i].back == BACK_NONE || mlog[i].back == how || mlog[i].size != size,
+                  "range %p+%zu given back twice", addr, size);
+            if (addr == b && size == mlog[i].size)
+                mlog[i].back = how;
+            found = 1;
+        }
+    }
+    CHECK(found, "hook given back %p+%zu, which it never handed out", addr, size);
+    pthread_mutex_unlock(&mlog_lock);
+}
+
+static bool m_dalloc(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned ind)
+{
+    (void)h, (void)committed, (void)ind;
+    mlog_back(addr, size, BACK_DALLOC);
+    munmap(addr, size);
+    return false;
+}
+
+static void m_destroy(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned ind)
+{
+    (void)h, (void)committed, (void)ind;
+    mlog_back(addr, size, BACK_DESTROY);
+    munmap(addr, size);
+}
+
+/* No split or merge: every extent is one logged range, given back whole. */
+static extent_hooks_t logging_hooks = {m_alloc, m_dalloc, m_destroy, NULL, NULL, NULL, NULL, NULL, NULL};
+
+static void mlog_reset(void)
+{
+    pthread_mutex_lock(&mlog_lock);
+    mlog_n = 0;
+    pthread_mutex_unlock(&mlog_lock);
+    atomic_store(&mlog_fail, 0);
+}
+
+static int mlog_count(void)
+{
+    pthread_mutex_lock(&mlog_lock);
+    int n = mlog_n;
+    pthread_mutex_unlock(&mlog_lock);
+    return n;
+}
+
+/* Many slabs of several classes and many large extents, half freed, the rest left for the
+ * destroy: the arena's descriptors and bitmaps outgrow its first metadata block. */
+static void fill_hooked_arena(unsigned a)
+{
+    enum { N = 3000 };
+    static void *ps[N];
+    for (int i = 0; i < N; i++) {
+        size_t n = i % 3 == 0 ? 16 * KiB + (size_t)(i % 7) * 4096 : (size_t)(i % 5 + 1) * 4000;
+        ps[i] = mallocx(n, MALLOCX_ARENA(a) | MALLOCX_TCACHE_NONE);
+        CHECK(ps[i] != NULL && owner(ps[i]) == a);
+        memset(ps[i], i, n < 64 ? n : 64);
+    }
+    for (int i = 0; i < N; i += 2)
+        dallocx(ps[i], MALLOCX_TCACHE_NONE);
+}
+
+TEST(test_metadata_use_hooks_takes_metadata_from_the_alloc_hook)
+{
+    /* true: the alloc hook is called at creation, before any allocation */
+    mlog_reset();
+    unsigned a;
+    CHECK_EQ(arena_create_ext(&logging_hooks, true, &a), 0);
+    CHECK(mlog_count() == 1, "creation called the alloc hook %d times", mlog_count());
+    void *first = mlog[0].addr;
+    fill_hooked_arena(a);
+    int with = mlog_count();
+    CHECK(arena_cmd(a, "destroy") == 0);
+    /* Everything went back, and the metadata block taken at creation through dalloc. */
+    for (int i = 0; i < mlog_n; i++)
+        CHECK(mlog[i].back != BACK_NONE, "range %p+%zu never given back", mlog[i].addr, mlog[i].size);
+    CHECK(mlog[0].addr == first && mlog[0].back == BACK_DALLOC, "creation's block came back by %d", mlog[0].back);
+
+    /* false: no call at creation, and the same workload takes fewer ranges (no metadata) */
+    mlog_reset();
+    unsigned b;
+    CHECK_EQ(arena_create_ext(&logging_hooks, false, &b), 0);
+    CHECK(mlog_count() == 0, "creation without metadata_use_hooks called the alloc hook %d times", mlog_count());
+    fill_hooked_arena(b);
+    int without = mlog_count();
+    CHECK(arena_cmd(b, "destroy") == 0);
+    for (int i = 0; i < mlog_n; i++)
+        CHECK(mlog[i].back != BACK_NONE, "range %p+%zu never given back", mlog[i].addr, mlog[i].size);
+    /* the creation's block and at least one more as the descriptors grew */
+    CHECK(with >= without + 2, "metadata blocks: %d ranges with metadata_use_hooks, %d without", with, without);
+}
+
+/* arenas.create with hooks is jemalloc's arena_config_default: metadata_use_hooks true. */
+TEST(test_arenas_create_with_hooks_takes_metadata_from_them)
+{
+    mlog_reset();
+    unsigned a = arena_create(&logging_hooks);
+    CHECK(mlog_count() == 1, "creation called the alloc hook %d times", mlog_count());
+    void *p = mallocx(100, MALLOCX_ARENA(a) | MALLOCX_TCACHE_NONE);
+    CHECK(p != NULL && owner(p) == a);
+    dallocx(p, MALLOCX_TCACHE_NONE);
+    /* new hooks later: the metadata still goes back to the ones it came from */
+    static extent_hooks_t other;
+    other = logging_hooks;
+    char name[64];
+    snprintf(name, sizeof name, "arena.%u.extent_hooks", a);
+    extent_hooks_t *o = &other;
+    CHECK(mallctl(name, NULL, NULL, &o, sizeof o) == 0);
+    CHECK(arena_cmd(a, "destroy") == 0);
+    CHECK_EQ(mlog[0].back, BACK_DALLOC);
+}
+
+/* A hook that cannot supply the metadata fails the creation with EAGAIN, as jemalloc's
+ * arena_new does; the index is taken by the next creation and nothing leaks. */
+TEST(test_failing_metadata_hook_fails_arena_creation)
+{
+    mlog_reset();
+    unsigned n0 = narenas(), a = ~0u;
+    atomic_store(&mlog_fail, 1);
+    CHECK_EQ(arena_create_ext(&logging_hooks, true, &a), EAGAIN);
+    CHECK_EQ(a, ~0u);
+    unsigned ind = ~0u;
+    size_t sz = sizeof ind;
+    extent_hooks_t *h = &logging_hooks;
+    CHECK_EQ(mallctl("arenas.create", &ind, &sz, &h, sizeof h), EAGAIN);
+    CHECK(narenas() <= n0 + 1, "failed creations took %u indices", narenas() - n0);
+    /* without metadata from the hook the arena is made, and its first allocation fails */
+    unsigned b;
+    CHECK_EQ(arena_create_ext(&logging_hooks, false, &b), 0);
+    errno = 0;
+    CHECK(mallocx(64, MALLOCX_ARENA(b) | MALLOCX_TCACHE_NONE) == NULL);
+    CHECK_EQ(errno, ENOMEM);
+    atomic_store(&mlog_fail, 0);
+    void *p = mallocx(64, MALLOCX_ARENA(b) | MALLOCX_TCACHE_NONE);
+    CHECK(p != NULL && owner(p) == b);
+    dallocx(p, MALLOCX_TCACHE_NONE);
+    CHECK(arena_cmd(b, "destroy") == 0);
+    /* the failed index is reused; a good hook now makes the arena */
+    unsigned c;
+    CHECK_EQ(arena_create_ext(&logging_hooks, true, &c), 0);
+    CHECK(c < n0 + 2, "index %u after %u", c, n0);
+    CHECK(arena_cmd(c, "destroy") == 0);
+    for (int i = 0; i < mlog_n; i++)
+        CHECK(mlog[i].back != BACK_NONE, "range %p+%zu never given back", mlog[i].addr, mlog[i].size);
+}
+
+/* Arenas with metadata from their hooks created and destroyed in a loop, filled each time:
+ * under ASan every block comes back and no descriptor or bitmap outlives its arena. */
+TEST(test_hooked_metadata_arenas_created_filled_destroyed)
+{
+    for (int r = 0; r < 4; r++) {
+        mlog_reset();
+        unsigned a;
+        CHECK_EQ(arena_create_ext(&logging_hooks, true, &a), 0);
+        fill_hooked_arena(a);
+        CHECK(arena_cmd(a, "reset") == 0);
+        fill_hooked_arena(a);
+        CHECK(arena_cmd(a, "destroy") == 0);
+        /* an ordinary user arena may take the index next: the pools serve it */
+        unsigned b = arena_create(NULL);
+        void *p = mallocx(5000, MALLOCX_ARENA(b) | MALLOCX_TCACHE_NONE);
+        CHECK(p != NULL);
+        dallocx(p, MALLOCX_TCACHE_NONE);
+        CHECK(arena_cmd(b, "destroy") == 0);
+        for (int i = 0; i < mlog_n; i++)
+            CHECK(mlog[i].back != BACK_NONE, "range %p+%zu never given back", mlog[i].addr, mlog[i].size);
+    }
+}
+
+/* A purge from another thread (arena.<i>.purge here, a background thread's decay in
+ * general) takes a batch of dirty extents while destroy has the extent lock dropped around
+ * its own hooks: destroy waits for it, and every extent is destroyed, none coming back to
+ * the destroyed arena. dalloc declines (the pages stay retained) and sleeps, so the
+ * batches stay out long enough to overlap. */
+static atomic_int racer_stop, destroy_in_hooks;
+static pthread_t destroyer;
+static bool m_dalloc_slow_keep(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned ind)
+{
+    (void)h, (void)addr, (void)size, (void)committed, (void)ind;
+    if (pthread_equal(pthread_self(), destroyer))
+        atomic_store(&destroy_in_hooks, 1); /* destroy's purge: its extent lock is dropped */
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+    return true;
+}
+static extent_hooks_t slow_keep_hooks = {m_alloc, m_dalloc_slow_keep, m_destroy, NULL, NULL, NULL, NULL, NULL, NULL};
+
+static void *purge_racer(void *arg)
+{
+    unsigned a = (unsigned)(uintptr_t)arg;
+    while (!atomic_load(&destroy_in_hooks) && !atomic_load(&racer_stop))
+        sched_yield();
+    while (!atomic_load(&racer_stop))
+        (void)arena_cmd(a, "purge"); /* EFAULT once the arena is gone */
+    return NULL;
+}
+
+TEST(test_destroy_waits_for_a_purge_it_raced)
+{
+    for (int round = 0; round < 3; round++) {
+        mlog_reset();
+        unsigned a = arena_create_data_hooks(&slow_keep_hooks);
+        enum { N = 400 };
+        static void *ps[N];
+        for (int i = 0; i < N; i++) {
+            ps[i] = mallocx(8 * KiB, MALLOCX_ARENA(a) | MALLOCX_TCACHE_NONE);
+            CHECK(ps[i] != NULL);
+        }
+        for (int i = 0; i < N; i++)
+            dallocx(ps[i], MALLOCX_TCACHE_NONE); /* no merge hook: N dirty extents */
+        atomic_store(&racer_stop, 0);
+        atomic_store(&destroy_in_hooks, 0);
+        destroyer = pthread_self();
+        pthread_t t;
+        CHECK(pthread_create(&t, NULL, purge_racer, (void *)(uintptr_t)a) == 0);
+        CHECK(arena_cmd(a, "destroy") == 0);
+        atomic_store(&racer_stop, 1);
+        pthread_join(t, NULL);
+        for (int i = 0; i < mlog_n; i++)
+            CHECK(mlog[i].back == BACK_DESTROY, "round %d: range %p+%zu %s after destroy", round, mlog[i].addr,
+                  mlog[i].size, mlog[i].back == BACK_NONE ? "never given back" : "came back by dalloc");
+    }
 }
 
 int main(int argc, char **argv) { return check_main(argc, argv); }

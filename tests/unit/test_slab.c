@@ -243,7 +243,7 @@ static void test_bitmap_pool_exhausted_never_fails_a_free(void) {
   CHECK(s != NULL && s->bitmap == NULL);
   if (s == NULL) return;
   if (bin->bm_spare) { /* no bitmap to regain but from the pools */
-    bitmap_free(ind, bin->bm_spare);
+    bitmap_free(a, ind, bin->bm_spare);
     bin->bm_spare = NULL;
   }
   size_t curregs = bin->curregs;
