@@ -739,7 +739,8 @@ static const char *env_get(const char *name, char *buf, size_t cap) {
 }
 
 void conf_print(const opt_t *o) {
-  char a[24], b[24], c[24], d[24], e[24], f[24], g[24], h[24], i[24], j[24], k[24], l[24];
+  char a[24], b[24], c[24], d[24], e[24], f[24], g[24], h[24], i[24], j[24], k[24], l[24], m[24], n[24], q[24],
+      r[24], s[24], t[24];
   static const char *const thp[] = {"default", "always", "never"};
   static const char *const mthp[] = {"disabled", "auto", "always"};
   static const char *const zr[] = {"free", "alloc", "abort"};
@@ -767,6 +768,14 @@ void conf_print(const opt_t *o) {
                          ",guard_sample_interval:", fmt_u64(h, o->guard_sample_interval),
                          ",commit_limit:", o->commit_limit == COMMIT_AUTO ? "auto" : o->commit_limit ? fmt_u64(i, o->commit_limit) : "off",
                          ",tcache_total_max:", fmt_u64(j, o->tcache_total_max),
+                         ",tcache_nslots_small_min:", fmt_u64(m, o->tcache_nslots_small_min),
+                         ",tcache_nslots_small_max:", fmt_u64(n, o->tcache_nslots_small_max),
+                         ",lg_tcache_nslots_mul:", o->lg_tcache_nslots_mul < 0 ? "-" : "",
+                         fmt_u64(q, (uint64_t)(o->lg_tcache_nslots_mul < 0 ? -o->lg_tcache_nslots_mul
+                                                                           : o->lg_tcache_nslots_mul)),
+                         ",lg_tcache_flush_small_div:", fmt_u64(r, o->lg_tcache_flush_small_div),
+                         ",lg_tcache_flush_large_div:", fmt_u64(s, o->lg_tcache_flush_large_div),
+                         ",tcache_gc_incr_bytes:", fmt_u64(t, o->tcache_gc_incr_bytes),
                          ",soft_limit:", fmt_u64(k, o->soft_limit), ",hard_limit:", fmt_u64(l, o->hard_limit),
                          ",pressure_purge:", o->pressure_purge ? "true" : "false",
                          ",xmalloc:", o->xmalloc ? "true" : "false",

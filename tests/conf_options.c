@@ -274,7 +274,8 @@ TEST(test_conf_unknown_option_suggests_the_closest_name)
 
 TEST(test_conf_confirm_conf_prints_effective_values)
 {
-    check_child_t *r = run(CONF_PROBE, NULL, "confirm_conf:true,narenas:3,tcache:false", NULL);
+    check_child_t *r =
+        run(CONF_PROBE, NULL, "confirm_conf:true,narenas:3,tcache:false,lg_tcache_nslots_mul:-2", NULL);
     CHECK_CHILD_EXITED_0(r);
     CHECK(count_lines(r->err, "<strata>: conf: ") >= 1, "stderr:\n%s", r->err);
     char line[1024];
@@ -283,6 +284,8 @@ TEST(test_conf_confirm_conf_prints_effective_values)
           "no confirmation line with narenas 3; stderr:\n%s", r->err);
     CHECK(line_with(r->err, "tcache", line, sizeof line) && strstr(line, "false"),
           "no confirmation line with tcache false; stderr:\n%s", r->err);
+    CHECK(strstr(line, ",lg_tcache_nslots_mul:-2,") && strstr(line, ",tcache_nslots_small_max:200,"),
+          "no confirmation of the bin sizing options; stderr:\n%s", r->err);
     probe_out_t p = parse(r);
     CHECK(p.narenas == 3 && p.tcache == 0);
 }
