@@ -510,13 +510,13 @@ EXPORT void *strata_malloc(size_t size) {
 }
 
 /* Whether the calling thread's cache holds large block p (class ind) already: a large
- * block's tag is no proof of a free (free_slow_large), so its list is walked, at most tbin_max
- * links (8 or fewer for large classes). */
+ * block's tag is no proof of a free (free_slow_large), so its list is walked, at most the
+ * bin's capacity in links (8 or fewer for large classes). */
 static bool tcache_holds_large(tsd_t *tsd, szind_t ind, const void *p) {
   if (ind >= tcache_nbins || tsd->state != TSD_ACTIVE) return false;
   const tbin_t *b = &tsd->tcache->bins[ind];
   const void *q = b->head;
-  for (uint32_t n = tbin_count(b, ind); q != TBIN_END && n > 0; n--) {
+  for (uint32_t n = tbin_count(tsd->tcache, ind); q != TBIN_END && n > 0; n--) {
     if (q == p) return true;
     q = tbin_next(q, ind);
   }

@@ -36,7 +36,8 @@ int compat_thread_tcache_max(const size_t *mib, size_t miblen, void *oldp, size_
 }
 
 /* thread.tcache.ncached_max.read_sizeclass: a size in, the most blocks of its class the
- * thread's cache holds out. */
+ * thread's cache holds now out (its bin's capacity, which follows the thread's bursts;
+ * the class's starting capacity for a thread without a cache yet). */
 int compat_ncached_max_read(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
                             size_t newlen) {
   (void)mib, (void)miblen;
@@ -45,7 +46,8 @@ int compat_ncached_max_read(const size_t *mib, size_t miblen, void *oldp, size_t
   memcpy(&size, newp, sizeof(size));
   if (size == 0 || size > SZ_MAX) return EINVAL;
   szind_t ind = sz_size2index(size);
-  size_t n = ind < tcache_nbins ? tbin_max[ind] : 0;
+  tsd_t *tsd = &strata_tsd;
+  size_t n = ind >= tcache_nbins ? 0 : tsd->state == TSD_ACTIVE ? tsd->tcache->max[ind] : tbin_nslots[ind];
   return ctl_copy_out(oldp, oldlenp, &n, sizeof(n));
 }
 

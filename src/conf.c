@@ -37,6 +37,13 @@ opt_t opt = {
     /* 16 MiB: 64 busy threads' worth of a typical cache (256 KiB, wl_nativethreads);
      * a single thread's full cache is far below it, so only thread-heavy programs meet it. */
     .tcache_total_max = (size_t)16 << 20,
+    /* jemalloc 5.3's bin sizing defaults (tcache.c, tcache_boot) */
+    .tcache_nslots_small_min = 20,
+    .tcache_nslots_small_max = 200,
+    .lg_tcache_nslots_mul = 1,
+    .lg_tcache_flush_small_div = 1,
+    .lg_tcache_flush_large_div = 1,
+    .tcache_gc_incr_bytes = (size_t)64 << 10,
     .soft_limit = 0,
     .hard_limit = 0,
     .pressure_purge = true, /* only where the kernel offers PSI triggers, on the monitor thread */
@@ -79,7 +86,9 @@ static const char *const known_keys[] = {
     "tcache_total_max", "prof", "prof_active", "prof_thread_active_init", "lg_prof_sample", "prof_prefix",
     "lg_prof_interval", "prof_gdump", "prof_final", "prof_leak", "prof_accum", "prof_format", "prof_signal",
     "xmalloc", "zero_realloc", "slab_sizes", "experimental_infallible_new", "prof_leak_error", "stats_interval",
-    "stats_interval_opts", "lg_tcache_max", "soft_limit", "hard_limit", "pressure_purge", NULL};
+    "stats_interval_opts", "lg_tcache_max", "soft_limit", "hard_limit", "pressure_purge", "tcache_nslots_small_min",
+    "tcache_nslots_small_max", "lg_tcache_nslots_mul", "lg_tcache_flush_small_div", "lg_tcache_flush_large_div",
+    "tcache_gc_incr_bytes", NULL};
 
 /* jemalloc 5.3's options that mean nothing in strata: accepted (never a problem, even
  * under abort_conf: jemalloc knows them), their value checked for its kind, and noted in
@@ -91,7 +100,7 @@ typedef struct {
   const char *why;
 } conf_noop_t;
 #define WHY_HPA "strata has no hugepage allocator (HPA): extents come from arenas"
-#define WHY_TC "strata sizes thread caches itself (tcache_max, tcache_total_max)"
+#define WHY_TC "strata sizes large classes' bins by bytes and grows small ones with the thread's bursts"
 #define WHY_PROF "not kept by strata's profiler"
 static const conf_noop_t noop_keys[] = {
     {"dss", NV_STR, "strata never uses sbrk: every extent is mmapped"},
@@ -112,14 +121,8 @@ static const conf_noop_t noop_keys[] = {
     {"san_guard_small", NV_INT, "use guard_sample_interval"},
     {"san_guard_large", NV_INT, "use guard_sample_interval"},
     {"lg_san_uaf_align", NV_INT, "use guard_sample_interval"},
-    {"tcache_nslots_small_min", NV_INT, WHY_TC},
-    {"tcache_nslots_small_max", NV_INT, WHY_TC},
     {"tcache_nslots_large", NV_INT, WHY_TC},
-    {"lg_tcache_nslots_mul", NV_INT, WHY_TC},
-    {"tcache_gc_incr_bytes", NV_INT, WHY_TC},
     {"tcache_gc_delay_bytes", NV_INT, WHY_TC},
-    {"lg_tcache_flush_small_div", NV_INT, WHY_TC},
-    {"lg_tcache_flush_large_div", NV_INT, WHY_TC},
     {"tcache_ncached_max", NV_STR, WHY_TC},
     {"experimental_tcache_gc", NV_BOOL, WHY_TC},
     {"hpa", NV_BOOL, WHY_HPA},
@@ -445,6 +448,38 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
         report("invalid value", k, klen, v, vlen, source, "bytes from 0 to 8388608 (8M)");
         problems++;
       }
+    } else if (key_is(k, klen, "tcache_nslots_small_min") || key_is(k, klen, "tcache_nslots_small_max")) {
+      if (parse_size(v, vlen, TCACHE_NSLOTS_MAX, &x) && x >= 1) {
+        *(key_is(k, klen, "tcache_nslots_small_min") ? &o->tcache_nslots_small_min : &o->tcache_nslots_small_max) =
+            (unsigned)x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "an integer from 1 to 8192 (slots of a small class's bin)");
+        problems++;
+      }
+    } else if (key_is(k, klen, "lg_tcache_nslots_mul")) {
+      bool neg = vlen > 1 && v[0] == '-';
+      if (vlen - neg <= 2 && parse_size(v + neg, vlen - neg, 16, &x)) {
+        o->lg_tcache_nslots_mul = neg ? -(int64_t)x : (int64_t)x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "an integer from -16 to 16 (log2 of slots per slab region)");
+        problems++;
+      }
+    } else if (key_is(k, klen, "lg_tcache_flush_small_div") || key_is(k, klen, "lg_tcache_flush_large_div")) {
+      if (vlen <= 2 && parse_size(v, vlen, 16, &x) && x >= 1) {
+        *(key_is(k, klen, "lg_tcache_flush_small_div") ? &o->lg_tcache_flush_small_div
+                                                       : &o->lg_tcache_flush_large_div) = (unsigned)x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source,
+               "an integer from 1 to 16 (an overflow keeps the bin's capacity >> N)");
+        problems++;
+      }
+    } else if (key_is(k, klen, "tcache_gc_incr_bytes")) {
+      if (parse_size(v, vlen, (uint64_t)1 << 62, &x) && x >= 1) {
+        o->tcache_gc_incr_bytes = (size_t)x;
+      } else {
+        report("invalid value", k, klen, v, vlen, source, "bytes from 1, e.g. 65536 or 64K");
+        problems++;
+      }
     } else if (key_is(k, klen, "tcache_total_max")) {
       if (parse_size(v, vlen, (uint64_t)1 << 62, &x)) {
         o->tcache_total_max = (size_t)x;
@@ -704,7 +739,8 @@ static const char *env_get(const char *name, char *buf, size_t cap) {
 }
 
 void conf_print(const opt_t *o) {
-  char a[24], b[24], c[24], d[24], e[24], f[24], g[24], h[24], i[24], j[24], k[24], l[24];
+  char a[24], b[24], c[24], d[24], e[24], f[24], g[24], h[24], i[24], j[24], k[24], l[24], m[24], n[24], q[24],
+      r[24], s[24], t[24];
   static const char *const thp[] = {"default", "always", "never"};
   static const char *const mthp[] = {"disabled", "auto", "always"};
   static const char *const zr[] = {"free", "alloc", "abort"};
@@ -732,6 +768,14 @@ void conf_print(const opt_t *o) {
                          ",guard_sample_interval:", fmt_u64(h, o->guard_sample_interval),
                          ",commit_limit:", o->commit_limit == COMMIT_AUTO ? "auto" : o->commit_limit ? fmt_u64(i, o->commit_limit) : "off",
                          ",tcache_total_max:", fmt_u64(j, o->tcache_total_max),
+                         ",tcache_nslots_small_min:", fmt_u64(m, o->tcache_nslots_small_min),
+                         ",tcache_nslots_small_max:", fmt_u64(n, o->tcache_nslots_small_max),
+                         ",lg_tcache_nslots_mul:", o->lg_tcache_nslots_mul < 0 ? "-" : "",
+                         fmt_u64(q, (uint64_t)(o->lg_tcache_nslots_mul < 0 ? -o->lg_tcache_nslots_mul
+                                                                           : o->lg_tcache_nslots_mul)),
+                         ",lg_tcache_flush_small_div:", fmt_u64(r, o->lg_tcache_flush_small_div),
+                         ",lg_tcache_flush_large_div:", fmt_u64(s, o->lg_tcache_flush_large_div),
+                         ",tcache_gc_incr_bytes:", fmt_u64(t, o->tcache_gc_incr_bytes),
                          ",soft_limit:", fmt_u64(k, o->soft_limit), ",hard_limit:", fmt_u64(l, o->hard_limit),
                          ",pressure_purge:", o->pressure_purge ? "true" : "false",
                          ",xmalloc:", o->xmalloc ? "true" : "false",

@@ -105,7 +105,7 @@ __attribute__((no_sanitize("thread"))) static void snap_tcaches(void) {
     for (szind_t i = 1; i < tcache_nbins; i++) {
       const tbin_t *b = &tc->bins[i];
       /* not tbin_count: it would be instrumented; closed bins (tcache_crowd) hold nothing */
-      size_t cached = i < tc->nbins_open ? tbin_max[i] - b->avail : 0;
+      size_t cached = i < tc->nbins_open ? (uint32_t)(tc->max[i] - b->avail) : 0;
       s->tcache_bytes += cached * sz_size[i];
       if (i > SZ_NSMALL) continue;
       /* prof:true: nmalloc + prof_nm_off, both changed at a sample by the owner (odd gen). */
@@ -639,11 +639,11 @@ static const ctl_node_t n_config[] = {
 #define NOOP_C(nm, T, addr) LEAF_C(nm, T, addr, "jemalloc option with no effect in strata (docs/jemalloc-compat.md)")
 static const char *const opt_sio = opt.stats_interval_opts;
 static const char *const str_025 = "0.25", *const str_lazy = "lazy", *const str_default = "default";
-static const int64_t i64_600 = 600, i64_m1 = -1, i64_1 = 1;
+static const int64_t i64_600 = 600, i64_m1 = -1;
 static const size_t z_6 = 6, z_64k = 65536, z_hpa_thr = 1992294, z_4096 = 4096, z_2 = 2, z_32k = 32768,
                     z_256k = 262144, z_3 = 3;
 static const uint64_t u64_10000 = 10000, u64_5000 = 5000;
-static const unsigned u_20 = 20, u_200 = 200, u_1 = 1, u_0 = 0, u_128 = 128;
+static const unsigned u_20 = 20, u_0 = 0, u_128 = 128;
 
 static int h_opt_zero_realloc(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp, void *newp,
                               size_t newlen) {
@@ -708,6 +708,12 @@ static const ctl_node_t n_opt[] = {
     LEAF_C("experimental_infallible_new", CT_BOOL, &opt.infallible_new, "abort when operator new fails"),
     LEAF_C("tcache", CT_BOOL, &opt.tcache, "thread caches"),
     LEAF_C("tcache_max", CT_SIZE, &opt.tcache_max, "largest size class cached per thread"),
+    LEAF_C("tcache_nslots_small_min", CT_UNSIGNED, &opt.tcache_nslots_small_min, "fewest slots a small class's bin starts with"),
+    LEAF_C("tcache_nslots_small_max", CT_UNSIGNED, &opt.tcache_nslots_small_max, "most slots a small class's bin starts with"),
+    LEAF_C("lg_tcache_nslots_mul", CT_SSIZE, &opt.lg_tcache_nslots_mul, "a small bin starts with its slab's regions << N"),
+    LEAF_C("lg_tcache_flush_small_div", CT_UNSIGNED, &opt.lg_tcache_flush_small_div, "a small bin's overflow keeps capacity >> N"),
+    LEAF_C("lg_tcache_flush_large_div", CT_UNSIGNED, &opt.lg_tcache_flush_large_div, "a large bin's overflow keeps capacity >> N"),
+    LEAF_C("tcache_gc_incr_bytes", CT_SIZE, &opt.tcache_gc_incr_bytes, "uncached bytes allocated between GC visits"),
     LEAF_C("stats_print", CT_BOOL, &opt.stats_print, "malloc_stats_print at exit"),
     LEAF_C("stats_print_opts", CT_STR, &opt_spo, "options of the print at exit"),
     LEAF_H("zero_realloc", CT_STR, h_opt_zero_realloc, 0, "what realloc(p, 0) does: free, alloc, abort"),
@@ -729,11 +735,8 @@ static const ctl_node_t n_opt[] = {
     NOOP_C("hpa_sec_batch_fill_extra", CT_SIZE, &z_3), NOOP_C("hpa_sec_bytes_after_flush", CT_SIZE, &z_256k),
     NOOP_C("experimental_hpa_start_huge_if_thp_always", CT_BOOL, &b_true),
     NOOP_C("experimental_hpa_enforce_hugify", CT_BOOL, &b_false), NOOP_C("huge_arena_pac_thp", CT_BOOL, &b_false),
-    NOOP_C("experimental_tcache_gc", CT_BOOL, &b_true), NOOP_C("tcache_nslots_small_min", CT_UNSIGNED, &u_20),
-    NOOP_C("tcache_nslots_small_max", CT_UNSIGNED, &u_200), NOOP_C("tcache_nslots_large", CT_UNSIGNED, &u_20),
-    NOOP_C("lg_tcache_nslots_mul", CT_SSIZE, &i64_1), NOOP_C("tcache_gc_incr_bytes", CT_SIZE, &z_64k),
-    NOOP_C("tcache_gc_delay_bytes", CT_SIZE, &u64_zero), NOOP_C("lg_tcache_flush_small_div", CT_UNSIGNED, &u_1),
-    NOOP_C("lg_tcache_flush_large_div", CT_UNSIGNED, &u_1),
+    NOOP_C("experimental_tcache_gc", CT_BOOL, &b_true), NOOP_C("tcache_nslots_large", CT_UNSIGNED, &u_20),
+    NOOP_C("tcache_gc_delay_bytes", CT_SIZE, &u64_zero),
     NOOP_C("debug_double_free_max_scan", CT_UNSIGNED, &u_0),
     NOOP_C("disable_large_size_classes", CT_BOOL, &b_true), NOOP_C("process_madvise_max_batch", CT_SIZE, &u64_zero),
     NOOP_C("prof_bt_max", CT_UNSIGNED, &u_128), NOOP_C("prof_pid_namespace", CT_BOOL, &b_false),

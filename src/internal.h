@@ -676,7 +676,7 @@ static inline arena_t *arena_of(const edata_t *e) { return arenas[edata_arena_in
 /* ------------------------------------------------------------------ tcache.c */
 typedef struct {
   void *head;          /* intrusive LIFO of free regions */
-  uint32_t avail;      /* room left: tbin_max[ind] - cached (0 for classes not cached) */
+  uint32_t avail;      /* room left: tcache_t.max[ind] - cached (0 for classes not cached) */
   /* Region-start multiplier: ceil(2^32 / size) (bin_info's div_magic) for small classes,
    * 2^20 for large ones (whose first granule alone names the class, and whose start is
    * page-aligned): free() takes p only when (p x c32 - chk) mod 2^32 < c32 (rtree). */
@@ -689,9 +689,11 @@ typedef struct {
   uint64_t link_mask;  /* sz_link_mask[class]: malloc pops a head only when it has none set */
 } tbin_t;
 _Static_assert(sizeof(tbin_t) == TBIN_SIZE, "TBIN_SIZE is the rtree class field's unit");
-HIDDEN extern uint32_t tbin_max[];
-static inline uint32_t tbin_count(const tbin_t *b, unsigned ind) { return tbin_max[ind] - b->avail; }
+/* A class's starting capacity (tcache_nslots_small_min/max, lg_tcache_nslots_mul; large
+ * classes by bytes): a new cache's bins, and where the GC shrinks a grown bin back to. */
+HIDDEN extern uint32_t tbin_nslots[];
 #define TCACHE_NBINS_MAX 74 /* classes 1..73: up to 8 MiB, jemalloc's tcache_max limit */
+#define TCACHE_NSLOTS_MAX 8192 /* tcache_nslots_small_min/max's bound (tcache_t.max is 16 bits) */
 typedef struct tcache_s tcache_t;
 struct tcache_s {
   tbin_t bins[TCACHE_NBINS_MAX];
@@ -707,6 +709,14 @@ struct tcache_s {
    * each miss up to half of it, halves when the GC finds the bin idle (not below the
    * start), back to the start over the global cap (jemalloc's lg_fill_div idea). */
   uint16_t fill[TCACHE_NBINS_MAX];
+  /* Each bin's capacity (its avail is max - cached; 0 while closed): tbin_nslots[ind] at
+   * first, doubled when the bin makes round trips (a flush of regions its fills brought),
+   * halved back when the GC finds it idle (tcache.c, tcache_bin_grow). */
+  uint16_t max[TCACHE_NBINS_MAX];
+  uint16_t keep[TCACHE_NBINS_MAX]; /* what an overflow keeps: max >> lg_tcache_flush_{small,large}_div */
+  uint8_t trips[TCACHE_NBINS_MAX]; /* round trips since the GC last looked; TRIP_FILLED: filled since its last flush */
+  uint32_t gc_pops[TCACHE_NBINS_MAX]; /* the bin's pops (low bits) when the GC last looked */
+  size_t grown;                  /* bytes of capacity above tbin_nslots, all bins: at most TCACHE_GROW_BYTES */
   size_t bytes;                  /* this cache's share of tcache_total */
   size_t gc_bytes;               /* uncached bytes allocated since the last byte-driven GC visit */
   szind_t nbins_open;            /* bins from here up are closed: no room (tcache_crowd) */
@@ -717,6 +727,8 @@ struct tcache_s {
   uint64_t prof_nm_off[TCACHE_NBINS_MAX];
   uint32_t prof_nm_gen;
 };
+/* Regions bin ind of cache tc holds. */
+static inline uint32_t tbin_count(const tcache_t *tc, unsigned ind) { return tc->max[ind] - tc->bins[ind].avail; }
 static inline uint64_t tbin_nmalloc(const tcache_t *tc, unsigned ind) {
   return tc->bins[ind].nmalloc + tc->prof_nm_off[ind];
 }
@@ -821,8 +833,7 @@ HIDDEN extern szind_t tcache_crowd_nbins;  /* crowded caches keep only the class
 HIDDEN void *tcache_alloc_hard(tcache_t *tc, szind_t ind);
 HIDDEN void tcache_dalloc_hard(tcache_t *tc, szind_t ind, void *p);
 HIDDEN void tcache_flush_all(tcache_t *tc);
-#define TCACHE_GC_BYTES ((size_t)64 << 10)
-HIDDEN void tcache_large_tick(tcache_t *tc, size_t usize); /* a GC visit per TCACHE_GC_BYTES */
+HIDDEN void tcache_large_tick(tcache_t *tc, size_t usize); /* a GC visit per opt.tcache_gc_incr_bytes */
 HIDDEN void tcache_thread_exit(void *arg);
 HIDDEN void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated);
 HIDDEN extern size_t tcache_total; /* bytes cached by all threads, as published (atomic) */
@@ -894,6 +905,14 @@ typedef struct {
   size_t commit_limit;       /* os.c: bytes of active + dirty pages; 0 off; COMMIT_AUTO */
 #define COMMIT_AUTO SIZE_MAX /* the cgroup memory limit less a headroom, if there is one */
   size_t tcache_total_max;   /* bytes all thread caches may hold together; 0: no cap */
+  /* jemalloc's bin sizing (tcache.c): a small class starts with its slab's regions
+   * << lg_tcache_nslots_mul, clamped to [tcache_nslots_small_min, _max]; an overflow keeps
+   * capacity >> lg_tcache_flush_{small,large}_div; uncached allocations make a GC visit
+   * every tcache_gc_incr_bytes. */
+  unsigned tcache_nslots_small_min, tcache_nslots_small_max;
+  int64_t lg_tcache_nslots_mul;
+  unsigned lg_tcache_flush_small_div, lg_tcache_flush_large_div;
+  size_t tcache_gc_incr_bytes;
   uint64_t soft_limit;       /* events.c: resident bytes past which strata purges everything; 0 none */
   uint64_t hard_limit;       /* events.c: committed bytes allocations may not pass; 0 none */
   bool pressure_purge;       /* events.c: purge at once when the kernel reports memory stalls */

@@ -23,9 +23,11 @@ tcache_t tcache_empty = {.bins = {[0 ... TCACHE_NBINS_MAX - 1] = {.head = TBIN_E
 uintptr_t tcache_key;
 unsigned tcache_nbins;
 unsigned tcache_nbins_malloc;
-uint32_t tbin_max[TCACHE_NBINS_MAX];
+uint32_t tbin_nslots[TCACHE_NBINS_MAX];
+static uint16_t tbin_grow_max[TCACHE_NBINS_MAX]; /* the most a bin grows to: TBIN_GROW_BYTES' worth */
+static uint16_t tbin_fill_max[TCACHE_NBINS_MAX];  /* half the starting capacity: the largest fill's doubling */
+static uint8_t tbin_flush_div[TCACHE_NBINS_MAX];  /* lg_tcache_flush_small_div or _large_div */
 static uint32_t tbin_c32[TCACHE_NBINS_MAX]; /* tbin_t.c32 */
-static uint16_t tbin_fill_max[TCACHE_NBINS_MAX];  /* half a bin: the largest fill */
 static uint16_t tbin_fill_init[TCACHE_NBINS_MAX]; /* a new thread's first fill */
 static uint16_t tbin_fill_lean[TCACHE_NBINS_MAX]; /* FILL_INIT_BYTES' worth: see tcache_large_tick */
 mtx_t tcache_list_lock = MTX_INITIALIZER;
@@ -34,11 +36,21 @@ unsigned tcache_nlive;      /* caches on tcache_list: written under tcache_list_
 static tcache_t *tcache_pool; /* caches of exited threads, for reuse */
 size_t tcache_total;
 
-/* Slots per class: twice a slab's regions, clamped to [20, 200] (jemalloc's defaults,
- * which balance refill frequency against memory held per thread); large classes 4. */
-#define TBIN_SMALL_MIN 20
-#define TBIN_SMALL_MAX 200
+/* A small class starts with twice a slab's regions, clamped to [20, 200] (jemalloc's
+ * defaults, which balance refill frequency against memory held per thread: the options
+ * tcache_nslots_small_min/max and lg_tcache_nslots_mul); large classes 4 at least. */
 #define TBIN_LARGE 4
+/* Bins that follow bursts (tcache_bin_grow): a thread that frees a burst of a class larger
+ * than its bin and allocates it again pays a flush and a refill per burst (glibc-simple's
+ * 400- and 1,600-block bursts: 136 M of its 2,546 M instructions; espresso's: 420 M). A
+ * bin whose flushes return regions its own fills brought (round trips) TRIPS_GROW times
+ * between two GC visits doubles its capacity, up to TBIN_GROW_BYTES' worth (1,600 blocks
+ * of 64 B fit) and while the thread's bins together have grown by at most
+ * TCACHE_GROW_BYTES; a GC visit that finds the bin idle halves it back toward its start. */
+#define TRIPS_GROW 2
+#define TRIP_FILLED 0x80 /* tcache_t.trips: filled since the last flush */
+#define TBIN_GROW_BYTES ((size_t)128 << 10)
+#define TCACHE_GROW_BYTES ((size_t)512 << 10)
 /* Large classes hold up to this many bytes (at least TBIN_LARGE blocks): 8 blocks of 16 KiB,
  * 4 of 28-32 KiB. A large miss or flush is an extent operation (~1,000 and ~450
  * instructions under the elock); with 4 slots a thread that allocates and frees 16 KiB
@@ -81,15 +93,24 @@ void tcache_boot(void) {
   }
   tcache_nbins = last + 1;
   tcache_nbins_malloc = prof_on ? 0 : tcache_nbins;
+  /* jemalloc's rule: a max below the min lowers the min. */
+  uint32_t smax = opt.tcache_nslots_small_max, smin = opt.tcache_nslots_small_min;
+  if (smin > smax) smin = smax;
   for (szind_t i = 1; i < tcache_nbins; i++) {
     if (i <= SZ_NSMALL) {
-      uint32_t m = bin_info[i].nregs * 2;
-      tbin_max[i] = m < TBIN_SMALL_MIN ? TBIN_SMALL_MIN : m > TBIN_SMALL_MAX ? TBIN_SMALL_MAX : m;
+      int64_t mul = opt.lg_tcache_nslots_mul;
+      uint64_t m = mul >= 0 ? (uint64_t)bin_info[i].nregs << mul : (uint64_t)bin_info[i].nregs >> -mul;
+      tbin_nslots[i] = m < smin ? smin : m > smax ? smax : (uint32_t)m;
+      size_t g = TBIN_GROW_BYTES / sz_size[i];
+      if (g > TCACHE_NSLOTS_MAX) g = TCACHE_NSLOTS_MAX;
+      tbin_grow_max[i] = (uint16_t)(g > tbin_nslots[i] ? g : tbin_nslots[i]);
     } else {
       size_t m = TBIN_LARGE_BYTES / sz_size[i];
-      tbin_max[i] = m > TBIN_LARGE ? (uint32_t)m : TBIN_LARGE;
+      tbin_nslots[i] = m > TBIN_LARGE ? (uint32_t)m : TBIN_LARGE;
+      tbin_grow_max[i] = (uint16_t)tbin_nslots[i]; /* an extent per block: no growth */
     }
-    tbin_fill_max[i] = (uint16_t)(tbin_max[i] / 2 ? tbin_max[i] / 2 : 1);
+    tbin_flush_div[i] = (uint8_t)(i <= SZ_NSMALL ? opt.lg_tcache_flush_small_div : opt.lg_tcache_flush_large_div);
+    tbin_fill_max[i] = (uint16_t)(tbin_nslots[i] / 2 ? tbin_nslots[i] / 2 : 1);
     size_t first = sz_size[i] <= FILL_FULL_MAX ? tbin_fill_max[i] : FILL_INIT_BYTES / sz_size[i];
     tbin_fill_init[i] = (uint16_t)(first < 1 ? 1 : first < tbin_fill_max[i] ? first : tbin_fill_max[i]);
     size_t lean = FILL_INIT_BYTES / sz_size[i];
@@ -109,7 +130,9 @@ static void tcache_reset_bins(tcache_t *tc) {
     tc->bins[i].link_mask = ~(uint64_t)0; /* always misses: bin 0 and classes not cached */
   }
   for (szind_t i = 1; i < tcache_nbins; i++) {
-    tbin_avail_set(&tc->bins[i], tbin_max[i]);
+    tc->max[i] = (uint16_t)tbin_nslots[i];
+    tc->keep[i] = (uint16_t)(tbin_nslots[i] >> tbin_flush_div[i]);
+    tbin_avail_set(&tc->bins[i], tbin_nslots[i]);
     tc->bins[i].c32 = tbin_c32[i];
     tc->bins[i].link_mask = sz_link_mask[i];
     tc->fill[i] = tbin_fill_init[i];
@@ -127,6 +150,22 @@ static void tcache_reset_bins(tcache_t *tc) {
  */
 static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep);
 static void tcache_publish(tcache_t *tc, szind_t ind);
+
+/* Bin ind's capacity becomes max (it holds no more than that): its room moves with it,
+ * and tc->grown keeps the bytes above the class's start. */
+static void tcache_bin_resize(tcache_t *tc, szind_t ind, uint32_t max) {
+  uint32_t old = tc->max[ind], start = tbin_nslots[ind];
+  sassert(tbin_count(tc, ind) <= max);
+  tc->grown -= (size_t)(old > start ? old - start : 0) * sz_size[ind];
+  tc->grown += (size_t)(max > start ? max - start : 0) * sz_size[ind];
+  tc->max[ind] = (uint16_t)max;
+  tc->keep[ind] = (uint16_t)(max >> tbin_flush_div[ind]);
+  tbin_avail_move(&tc->bins[ind], (int64_t)max - (int64_t)old);
+  /* A grown bin fills half of itself at once (the fills' doubling stops at half the
+   * starting capacity); a shrunk one no more than half of what is left. */
+  uint16_t half = (uint16_t)(max / 2 ? max / 2 : 1);
+  if (tc->fill[ind] != 0 && (max > start || tc->fill[ind] > half)) tc->fill[ind] = half; /* 0: closed */
+}
 
 /* The process's threads, 0 if unknown: /proc/self/task has a link per thread besides
  * "." and ".." (one stat call: no open, read or parse). */
@@ -158,14 +197,14 @@ static NOINLINE void tcache_crowd(tcache_t *tc) {
     for (szind_t i = tcache_crowd_nbins; i < tc->nbins_open; i++) {
       tcache_flush_bin(tc, i, 0);
       tcache_publish(tc, i);
-      tbin_avail_set(&tc->bins[i], 0);
+      tcache_bin_resize(tc, i, 0);
       tc->fill[i] = 0; /* what tcache_alloc_hard tests */
       tc->events[i] = 0;
     }
     tc->nbins_open = tcache_crowd_nbins;
   } else if (n <= tcache_crowd_nlive / 2 && tc->nbins_open < tcache_nbins) {
     for (szind_t i = tc->nbins_open; i < tcache_nbins; i++) {
-      tbin_avail_set(&tc->bins[i], tbin_max[i]);
+      tcache_bin_resize(tc, i, tbin_nslots[i]);
       tc->fill[i] = tbin_fill_init[i];
     }
     tc->nbins_open = tcache_nbins;
@@ -343,12 +382,12 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
 }
 
 static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
-  flush_tbin(tc, &tc->bins[ind], ind, ind, tbin_max[ind], keep);
+  flush_tbin(tc, &tc->bins[ind], ind, ind, tc->max[ind], keep);
 }
 
 /* Bring bin ind's share of tcache_total up to date (slow paths only: one atomic add). */
 static void tcache_publish(tcache_t *tc, szind_t ind) {
-  uint32_t c = tbin_count(&tc->bins[ind], ind);
+  uint32_t c = tbin_count(tc, ind);
   if (c == tc->published[ind]) return;
   size_t delta = ((size_t)c - tc->published[ind]) * sz_size[ind]; /* wraps when it shrank */
   tc->published[ind] = c;
@@ -360,10 +399,33 @@ static inline bool tcache_over_cap(void) {
   return opt.tcache_total_max && __atomic_load_n(&tcache_total, __ATOMIC_RELAXED) > opt.tcache_total_max;
 }
 
-/* The GC's flush of an idle bin: half of it, or all over the global cap. */
+/* The GC's flush of an idle bin: half of it, or all over the global cap; a grown bin
+ * halves its capacity too (back to its start over the cap). */
 static NOINLINE void tcache_gc_flush(tcache_t *tc, szind_t g, bool over) {
-  uint32_t c = tbin_count(&tc->bins[g], g), keep = over ? 0 : c / 2;
-  tcache_flush_bin(tc, g, keep);
+  uint32_t c = tbin_count(tc, g), keep = over ? 0 : c / 2;
+  uint32_t max = tc->max[g], start = tbin_nslots[g];
+  if (max > start) max = over || max / 2 < start ? start : max / 2;
+  if (keep > max) keep = max;
+  if (c > keep) tcache_flush_bin(tc, g, keep);
+  if (max != tc->max[g]) tcache_bin_resize(tc, g, max);
+}
+
+/* The flush of bin ind at an overflow after a fill: a round trip (the regions its fills
+ * brought go back). TRIPS_GROW of them between two GC
+ * visits double the bin, within its and the thread's bounds (see TBIN_GROW_BYTES). Not
+ * over the global cap, nor for a consumer (its flushes are other threads' blocks). */
+static NOINLINE void tcache_bin_grow(tcache_t *tc, szind_t ind) {
+  tc->trips[ind] = (uint8_t)((tc->trips[ind] & ~TRIP_FILLED) + 1);
+  if ((tc->trips[ind] & ~TRIP_FILLED) >= TRIPS_GROW && tc->gc_every != 1) {
+    uint32_t max = tc->max[ind], want = 2 * max;
+    if (want > tbin_grow_max[ind]) want = tbin_grow_max[ind];
+    if (want > max && tc->grown + (size_t)(want - max) * sz_size[ind] <= TCACHE_GROW_BYTES) {
+      tc->trips[ind] = 0;
+      tcache_bin_resize(tc, ind, want);
+    }
+  }
+  /* Then the overflow's flush: nothing when the bin has doubled (it keeps its new half). */
+  tcache_flush_bin(tc, ind, tc->gc_every == 1 ? 0 : tc->keep[ind]);
 }
 
 static void tcache_gc_visit(tcache_t *tc, szind_t ind);
@@ -399,13 +461,19 @@ static void tcache_gc_visit(tcache_t *tc, szind_t ind) {
   if (g >= tc->nbins_open) return; /* every bin closed (tcache_crowd) */
   /* A bin with no fill or flush since the last visit was not under pressure: give half
    * of what it holds back, so a class the thread stopped using drains over time. */
-  if (g != ind && (over || !tc->events[g])) {
-    if (tbin_count(&tc->bins[g], g) > 0) tcache_gc_flush(tc, g, over);
+  /* A grown bin that absorbs its thread's bursts makes no fill or flush: it is idle only
+   * when nothing was popped from it either (malloc's fast path counts its pops). */
+  uint32_t pops = (uint32_t)tbin_nmalloc(tc, g);
+  bool used = tc->max[g] > tbin_nslots[g] && pops != tc->gc_pops[g];
+  tc->gc_pops[g] = pops;
+  if (g != ind && (over || (!tc->events[g] && !used))) {
+    if (tbin_count(tc, g) > 0 || tc->max[g] > tbin_nslots[g]) tcache_gc_flush(tc, g, over);
     if (tc->fill[g] > tbin_fill_init[g])
       tc->fill[g] = (uint16_t)(over || tc->fill[g] / 2 < tbin_fill_init[g] ? tbin_fill_init[g] : tc->fill[g] / 2);
   }
   tcache_publish(tc, g);
   tc->events[g] = 0;
+  tc->trips[g] &= TRIP_FILLED; /* round trips count between two visits */
 }
 
 /* A closed bin (tcache_crowd): a malloc is served by the arena, and its bytes drive the
@@ -437,12 +505,13 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
     unsigned want = tc->fill[ind];
     if (unlikely(want == 0)) return tcache_alloc_closed(tc, ind); /* closed (tcache_crowd) */
     if (unlikely(over)) want = 1;
-    sassert(b->head == TBIN_END && b->avail == tbin_max[ind] && want >= 1);
+    sassert(b->head == TBIN_END && b->avail == tc->max[ind] && want >= 1);
     if (unlikely(guard_enabled) && (p = guard_fill_hook(ind, &want)) != NULL) return p;
-    unsigned got = bin_fill_list_upto(tc->arena, ind, &p, want, unlikely(over) ? 1 : tbin_max[ind], TBIN_END);
+    unsigned got = bin_fill_list_upto(tc->arena, ind, &p, want, unlikely(over) ? 1 : tc->max[ind], TBIN_END);
     if (got == 0) return NULL;
     if (unlikely(want < tbin_fill_max[ind]) && !over)
       tc->fill[ind] = (uint16_t)(2 * want < tbin_fill_max[ind] ? 2 * want : tbin_fill_max[ind]);
+    tc->trips[ind] |= TRIP_FILLED;
     b->head = tbin_next(p, ind);
     tbin_avail_move(b, -(int64_t)(got - 1));
   } else {
@@ -463,9 +532,15 @@ void tcache_dalloc_hard(tcache_t *tc, szind_t ind, void *p) {
       tcache_dalloc_closed(tc, ind, p);
       return;
     }
-    /* Over the global cap (gc_every 1) the whole bin goes; p is cached before the GC
-     * looks, which may close the bin (tcache_crowd) and so flush p as well. */
-    tcache_flush_bin(tc, ind, tc->gc_every == 1 ? 0 : tbin_max[ind] / 2);
+    /* Over the global cap (gc_every 1) the whole bin goes, else all but capacity >>
+     * lg_tcache_flush_*_div (half by default); p is cached before the GC looks, which may
+     * close the bin (tcache_crowd) and so flush p as well. A round trip may grow the bin
+     * first, so that the next burst fits. */
+    if (unlikely(tc->trips[ind] & TRIP_FILLED)) {
+      tcache_bin_grow(tc, ind);
+    } else {
+      tcache_flush_bin(tc, ind, tc->gc_every == 1 ? 0 : tc->keep[ind]);
+    }
     LINK_SET(p, b->head);
     b->head = p;
     tbin_avail_move(b, -1);
@@ -648,13 +723,13 @@ int tcache_ctl_bytes(const size_t *mib, size_t miblen, void *oldp, size_t *oldle
 }
 
 /* A thread's uncached allocations (above tcache_max) drive GC visits too: one visit per
- * TCACHE_GC_BYTES of them (jemalloc's tcache_gc_incr_bytes). A thread whose traffic is
+ * tcache_gc_incr_bytes of them (jemalloc's option, 64 KiB by default). A thread whose traffic is
  * mostly large blocks makes few fills and flushes, so its cache would otherwise never be
  * looked at and keep its first fills for life (wl_nativethreads: 100 threads held 45 MiB
  * at the peak; docs/design.md, "Thread caches"). Slow path only. */
 void tcache_large_tick(tcache_t *tc, size_t usize) {
   tc->gc_bytes += usize;
-  if (tc->gc_bytes < TCACHE_GC_BYTES) return;
+  if (tc->gc_bytes < opt.tcache_gc_incr_bytes) return;
   tc->gc_bytes = 0;
   tcache_gc_visit(tc, 0);
   /* Such a thread's next fill of a small class at its first-fill size brings

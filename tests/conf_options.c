@@ -118,7 +118,12 @@ TEST(test_conf_invalid_value_is_reported_and_default_kept)
                                      {"tcache_total_max:lots", "tcache_total_max"},
                                      {"slab_sizes:1-4096", "slab_sizes"}, {"slab_sizes:200-100:2", "slab_sizes"},
                                      {"slab_sizes:1-64:0", "slab_sizes"}, {"slab_sizes:1-64:2|", "slab_sizes"},
-                                     {"slab_sizes:a-b:c", "slab_sizes"}};
+                                     {"slab_sizes:a-b:c", "slab_sizes"},
+                                     {"tcache_nslots_small_max:0", "tcache_nslots_small_max"},
+                                     {"tcache_nslots_small_min:9000", "tcache_nslots_small_min"},
+                                     {"lg_tcache_nslots_mul:17", "lg_tcache_nslots_mul"},
+                                     {"lg_tcache_flush_small_div:0", "lg_tcache_flush_small_div"},
+                                     {"tcache_gc_incr_bytes:0", "tcache_gc_incr_bytes"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         check_child_t *r = run(CONF_PROBE, NULL, cases[i][0], NULL);
         CHECK_CHILD_EXITED_0(r);
@@ -201,7 +206,8 @@ TEST(test_conf_every_jemalloc_option_is_accepted_under_abort_conf)
         "prof_leak_error:false,prof_prefix:jeprof,prof_thread_active_init:true,retain:true,slab_sizes:1-4096:1,"
         "stats_interval:-1,"
         "stats_interval_opts:J,stats_print:false,stats_print_opts:J,tcache:true,tcache_max:32768,thp:default,"
-        "xmalloc:false,zero:false,zero_realloc:free";
+        "xmalloc:false,zero:false,zero_realloc:free,lg_tcache_flush_large_div:1,lg_tcache_flush_small_div:1,"
+        "lg_tcache_nslots_mul:1,tcache_gc_incr_bytes:65536,tcache_nslots_small_max:200,tcache_nslots_small_min:20";
     static const char *const noop[] = {
         "bin_shards:1-160:16", "cache_oblivious:false", "calloc_madvise_threshold:0",
         "debug_double_free_max_scan:32", "disable_large_size_classes:true", "dss:secondary",
@@ -213,14 +219,12 @@ TEST(test_conf_every_jemalloc_option_is_accepted_under_abort_conf)
         "hpa_purge_threshold_ratio:0.1", "hpa_sec_batch_fill_extra:0", "hpa_sec_bytes_after_flush:262144",
         "hpa_sec_max_alloc:32768", "hpa_sec_max_bytes:262144", "hpa_sec_nshards:4", "hpa_slab_max_alloc:65536",
         "huge_arena_pac_thp:false", "lg_extent_max_active_fit:6", "lg_san_uaf_align:-1",
-        "lg_tcache_flush_large_div:1", "lg_tcache_flush_small_div:1", "lg_tcache_nslots_mul:1",
         "log:core.malloc", "mutex_max_spin:600", "narenas_ratio:4", "percpu_arena:percpu",
         "process_madvise_max_batch:0", "prof_bt_max:128", "prof_log:false", "prof_pid_namespace:false",
         "prof_recent_alloc_max:-1", "prof_stats:false", "prof_sys_thread_name:false",
         "prof_time_resolution:default", "prof_unbias:true", "san_guard_large:0", "san_guard_small:0",
-        "tcache_gc_delay_bytes:0", "tcache_gc_incr_bytes:65536",
-        "tcache_ncached_max:1-1024:8", "tcache_nslots_large:20", "tcache_nslots_small_max:200",
-        "tcache_nslots_small_min:20", "trust_madvise:false", "utrace:false"};
+        "tcache_gc_delay_bytes:0", "tcache_ncached_max:1-1024:8", "tcache_nslots_large:20", "trust_madvise:false",
+        "utrace:false"};
     static char all[4000];
     size_t n = (size_t)snprintf(all, sizeof all, "%s", meaningful);
     for (size_t i = 0; i < sizeof noop / sizeof noop[0]; i++)
@@ -241,6 +245,23 @@ TEST(test_conf_every_jemalloc_option_is_accepted_under_abort_conf)
     CHECK_EQ(parse(r).narenas, 4);
 }
 
+/* jemalloc's bin sizing options set where a thread's bins start: a small class's slab
+ * regions << lg_tcache_nslots_mul, clamped to [tcache_nslots_small_min, _max]. */
+TEST(test_conf_tcache_nslots_options_size_the_bins)
+{
+    static const char *cases[][2] = {
+        {"", "nslots 64=200\nnslots 4096=20\n"},
+        {"tcache_nslots_small_max:100,tcache_nslots_small_min:4", "nslots 64=100\nnslots 4096=8\n"},
+        {"lg_tcache_nslots_mul:-4,tcache_nslots_small_min:1", "nslots 64=64\nnslots 4096=1\n"},
+        {"tcache_nslots_small_min:500", "nslots 64=200\nnslots 4096=200\n"}, /* min above max: the max */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        check_child_t *r = run(CONF_PROBE, "nslots", cases[i][0], NULL);
+        CHECK_CHILD_EXITED_0(r);
+        CHECK(strstr(r->out, cases[i][1]), "MALLOC_CONF=%s: want\n%s; stdout:\n%s", cases[i][0], cases[i][1], r->out);
+    }
+}
+
 TEST(test_conf_unknown_option_suggests_the_closest_name)
 {
     check_child_t *r = run(CONF_PROBE, NULL, "narena:2,zero_realoc:free", NULL);
@@ -253,7 +274,8 @@ TEST(test_conf_unknown_option_suggests_the_closest_name)
 
 TEST(test_conf_confirm_conf_prints_effective_values)
 {
-    check_child_t *r = run(CONF_PROBE, NULL, "confirm_conf:true,narenas:3,tcache:false", NULL);
+    check_child_t *r =
+        run(CONF_PROBE, NULL, "confirm_conf:true,narenas:3,tcache:false,lg_tcache_nslots_mul:-2", NULL);
     CHECK_CHILD_EXITED_0(r);
     CHECK(count_lines(r->err, "<strata>: conf: ") >= 1, "stderr:\n%s", r->err);
     char line[1024];
@@ -262,6 +284,8 @@ TEST(test_conf_confirm_conf_prints_effective_values)
           "no confirmation line with narenas 3; stderr:\n%s", r->err);
     CHECK(line_with(r->err, "tcache", line, sizeof line) && strstr(line, "false"),
           "no confirmation line with tcache false; stderr:\n%s", r->err);
+    CHECK(strstr(line, ",lg_tcache_nslots_mul:-2,") && strstr(line, ",tcache_nslots_small_max:200,"),
+          "no confirmation of the bin sizing options; stderr:\n%s", r->err);
     probe_out_t p = parse(r);
     CHECK(p.narenas == 3 && p.tcache == 0);
 }

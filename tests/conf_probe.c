@@ -56,6 +56,16 @@ int main(int argc, char **argv)
         }
         printf("zero %s\n", bad ? "FAIL" : "ok");
     }
+    if (argc > 1 && strcmp(argv[1], "nslots") == 0) {
+        /* The main thread's bins as it starts (jemalloc's tcache_nslots_* options). */
+        free(malloc(64));
+        static const size_t sizes[] = {64, 4096};
+        for (int i = 0; i < 2; i++) {
+            size_t n = 0, len = sizeof n;
+            CHECK(mallctl("thread.tcache.ncached_max.read_sizeclass", &n, &len, (void *)&sizes[i], sizeof sizes[i]) == 0);
+            printf("nslots %zu=%zu\n", sizes[i], n);
+        }
+    }
     printf("probe: narenas=%u arenas=%u tcache=%d ok\n", CTL_READ("opt.narenas", unsigned),
            CTL_READ("arenas.narenas", unsigned), (int)CTL_READ("opt.tcache", bool));
     return 0;

@@ -11,6 +11,7 @@
 #include "strata_names.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -647,6 +648,42 @@ TEST(test_prof_leak_error_exits_1_on_leaks)
     static void *volatile leak;
     leak = malloc(12345);
     CHECK(leak != NULL);
+}
+
+/* thread.tcache.ncached_max.read_sizeclass reads the calling thread's bin as it is now: it
+ * grows while the thread's bursts of 1,000 blocks of 64 B overflow it (up to 128 KiB of
+ * blocks), so that they fit. */
+static size_t ncached_max(size_t size)
+{
+    size_t n = 0, len = sizeof n;
+    CHECK_EQ(mallctl("thread.tcache.ncached_max.read_sizeclass", &n, &len, &size, sizeof size), 0);
+    return n;
+}
+
+static void *burst_thread(void *arg)
+{
+    size_t *out = arg;
+    static void *p[1000];
+    free(malloc(64));
+    out[0] = ncached_max(64);
+    for (int round = 0; round < 12; round++) {
+        for (int i = 0; i < 1000; i++)
+            p[i] = malloc(64);
+        for (int i = 0; i < 1000; i++)
+            free(p[i]);
+    }
+    out[1] = ncached_max(64);
+    return NULL;
+}
+
+TEST(test_ncached_max_follows_the_threads_bursts)
+{
+    size_t out[2] = {0, 0};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, burst_thread, out), 0);
+    pthread_join(t, NULL);
+    CHECK(out[0] > 0 && out[0] < 1000, "64 B bin starts with %zu", out[0]);
+    CHECK(out[1] >= 1000 && out[1] <= 2048, "64 B bin after bursts of 1000: %zu (from %zu)", out[1], out[0]);
 }
 
 int main(int argc, char **argv) { return check_main(argc, argv); }

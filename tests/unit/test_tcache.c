@@ -14,11 +14,10 @@ static void test_miss_fills_half_the_bin(void) {
   void *p = strata_malloc(48);
   CHECK(p != NULL);
   CHECK_EQ(strata_tsd.state, TSD_ACTIVE);
-  tbin_t *b = bin_of(ind);
   /* One region was handed out of a fill of max/2. */
-  CHECK_EQ(tbin_count(b, ind), tbin_max[ind] / 2 - 1);
+  CHECK_EQ(tbin_count(strata_tsd.tcache, ind), tbin_nslots[ind] / 2 - 1);
   strata_free(p);
-  CHECK_EQ(tbin_count(b, ind), tbin_max[ind] / 2);
+  CHECK_EQ(tbin_count(strata_tsd.tcache, ind), tbin_nslots[ind] / 2);
 }
 
 static void test_overflow_flushes_half(void) {
@@ -26,33 +25,34 @@ static void test_overflow_flushes_half(void) {
   void *ptrs[1000];
   ptrs[0] = strata_malloc(256);
   tbin_t *b = bin_of(ind);
-  uint32_t max = tbin_max[ind];
+  uint32_t max = tbin_nslots[ind];
   CHECK(max > 0 && 2 * max < 1000);
   for (unsigned i = 1; i < 2 * max; i++) ptrs[i] = strata_malloc(256);
   unsigned i = 0;
   while (b->avail > 0) strata_free(ptrs[i++]); /* the bin is now full */
-  CHECK_EQ(tbin_count(b, ind), max);
+  CHECK_EQ(tbin_count(strata_tsd.tcache, ind), max);
   strata_free(ptrs[i++]); /* overflow: half goes back, then this one is cached */
-  CHECK_EQ(tbin_count(b, ind), max / 2 + 1);
+  CHECK_EQ(tbin_count(strata_tsd.tcache, ind), max / 2 + 1);
   while (i < 2 * max) strata_free(ptrs[i++]);
-  CHECK(tbin_count(b, ind) <= max);
+  CHECK(tbin_count(strata_tsd.tcache, ind) <= max);
 }
 
+/* Bins grow while other classes' bursts fit them (fewer fills and flushes, so fewer GC
+ * visits): enough rounds that the GC still comes round to the idle bin. */
 static void test_gc_drains_idle_bin(void) {
   szind_t idle = sz_size2index(3000);
   void *p = strata_malloc(3000);
   strata_free(p);
-  tbin_t *b = bin_of(idle);
-  uint32_t before = tbin_count(b, idle);
+  uint32_t before = tbin_count(strata_tsd.tcache, idle);
   CHECK(before > 0);
   /* Churn other classes: fills and flushes tick the GC, which visits every bin. */
   void *ptrs[512];
-  for (int round = 0; round < 400; round++) {
+  for (int round = 0; round < 1600; round++) {
     size_t sz = 16 + (size_t)(round % 20) * 16;
     for (int i = 0; i < 512; i++) ptrs[i] = strata_malloc(sz);
     for (int i = 0; i < 512; i++) strata_free(ptrs[i]);
   }
-  CHECK(tbin_count(b, idle) < before);
+  CHECK(tbin_count(strata_tsd.tcache, idle) < before);
 }
 
 static void *thread_body(void *arg) {
@@ -106,7 +106,7 @@ static void test_mixed_owner_flush_returns_every_region(void) {
   pthread_create(&t, NULL, alloc_in_arena_2, theirs);
   pthread_join(t, NULL); /* its cache went back at exit; its blocks are live */
   for (int i = 0; i < MIX_N; i++) mine[i] = strata_malloc(MIX_SIZE);
-  CHECK(tbin_max[ind] < MIX_N); /* the frees below overflow the bin */
+  CHECK(tbin_nslots[ind] < MIX_N); /* the frees below overflow the bin */
   for (int i = 0; i < MIX_N; i++) {
     strata_free(mine[i]);
     strata_free(theirs[i]);
@@ -150,7 +150,7 @@ static void test_thread_counters_are_exact(void) {
   /* A 16 KiB block strata_malloc's own pop takes (counted in the bin's nmalloc) */
   strata_free(strata_malloc(15000)); /* the bin holds one now */
   szind_t i16 = sz_size2index(16384);
-  CHECK(tbin_count(&strata_tsd.tcache->bins[i16], i16) > 0);
+  CHECK(tbin_count(strata_tsd.tcache, i16) > 0);
   tcache_counts(&strata_tsd, &a0, &d0);
   uint64_t n0 = strata_tsd.tcache->bins[i16].nmalloc;
   strata_free(strata_malloc(15000));
@@ -196,7 +196,7 @@ static size_t cached_bytes_of_all_threads(void) {
   size_t total = 0;
   mtx_lock(&tcache_list_lock);
   for (tcache_t *tc = tcache_list; tc; tc = tc->next) {
-    for (szind_t i = 1; i < tcache_nbins; i++) total += (size_t)tbin_count(&tc->bins[i], i) * sz_size[i];
+    for (szind_t i = 1; i < tcache_nbins; i++) total += (size_t)tbin_count(tc, i) * sz_size[i];
   }
   mtx_unlock(&tcache_list_lock);
   return total;
@@ -224,7 +224,7 @@ static void test_global_cap_bounds_cached_bytes(void) {
   printf("     cached by %d threads: %zu KiB without a cap, %zu KiB with %zu KiB\n", CAP_THREADS,
          uncapped >> 10, capped >> 10, cap >> 10);
   szind_t one = sz_size2index(cap_sizes[0]);
-  size_t bound = cap + 3 * CAP_THREADS * (size_t)tbin_max[one] * sz_size[one];
+  size_t bound = cap + 3 * CAP_THREADS * (size_t)tbin_nslots[one] * sz_size[one];
   CHECK(uncapped > bound); /* the threads did fill their caches: the test can tell */
   CHECK(capped <= bound);
   /* Exited threads took their share out: what is published is the main thread's. */
@@ -234,24 +234,24 @@ static void test_global_cap_bounds_cached_bytes(void) {
 }
 
 /* A thread whose traffic is above tcache_max makes no fills or flushes: its uncached
- * allocations drive the GC (one visit per TCACHE_GC_BYTES), which drains the small bins it
+ * allocations drive the GC (one visit per opt.tcache_gc_incr_bytes), which drains the small bins it
  * filled once and stopped using (wl_nativethreads' 100 threads). */
 static void *large_traffic_body(void *arg) {
   size_t *left = arg;
   szind_t ind = sz_size2index(320);
   void *p = strata_malloc(320); /* a first fill: half the bin */
   strata_free(p);
-  uint32_t before = tbin_count(bin_of(ind), ind);
+  uint32_t before = tbin_count(strata_tsd.tcache, ind);
   size_t big = opt.tcache_max + 1;
-  CHECK(before > 1 && big >= TCACHE_GC_BYTES / 2);
+  CHECK(before > 1 && big >= opt.tcache_gc_incr_bytes / 2);
   /* Each bin is halved at each visit: 16 passes over the bins empty any bin. */
-  for (unsigned i = 0; i < 16 * tcache_nbins * (TCACHE_GC_BYTES / big + 1); i++) {
+  for (unsigned i = 0; i < 16 * tcache_nbins * (opt.tcache_gc_incr_bytes / big + 1); i++) {
     void *q = strata_malloc(big);
     CHECK(q != NULL);
     strata_free(q);
   }
   left[0] = before;
-  left[1] = tbin_count(bin_of(ind), ind);
+  left[1] = tbin_count(strata_tsd.tcache, ind);
   return NULL;
 }
 
@@ -264,7 +264,7 @@ static void test_large_allocations_drive_gc(void) {
   CHECK_EQ(left[1], 0);
 }
 
-/* A thread that allocated TCACHE_GC_BYTES above tcache_max fills a small class for the
+/* A thread that allocated opt.tcache_gc_incr_bytes above tcache_max fills a small class for the
  * first time with 4 KiB's worth (tcache_large_tick), doubling on the next misses; a thread
  * without such traffic still gets half the bin. */
 static void *lean_body(void *arg) {
@@ -272,18 +272,18 @@ static void *lean_body(void *arg) {
   strata_free(strata_malloc(1024)); /* the thread's cache */
   if (out[0]) { /* large traffic first */
     size_t big = opt.tcache_max + 1;
-    for (size_t done = 0; done < TCACHE_GC_BYTES; done += big) strata_free(strata_malloc(big));
+    for (size_t done = 0; done < opt.tcache_gc_incr_bytes; done += big) strata_free(strata_malloc(big));
   }
   szind_t ind = sz_size2index(256);
   strata_free(strata_malloc(256)); /* the first fill, then the block back */
-  out[1] = tbin_count(bin_of(ind), ind);
+  out[1] = tbin_count(strata_tsd.tcache, ind);
   out[2] = strata_tsd.tcache->fill[ind]; /* the next miss's fill */
   return NULL;
 }
 
 static void test_large_traffic_thread_fills_small_classes_lean(void) {
   szind_t ind = sz_size2index(256);
-  size_t half = tbin_max[ind] / 2, lean = ((size_t)4 << 10) / 256;
+  size_t half = tbin_nslots[ind] / 2, lean = ((size_t)4 << 10) / 256;
   CHECK(2 * lean < half);
   size_t lean_run[3] = {1, 0, 0}, full_run[3] = {0, 0, 0};
   pthread_t t;
@@ -307,16 +307,15 @@ static void test_large_bins_hold_their_bytes(void) {
     return;
   }
   CHECK(i16 > SZ_NSMALL);
-  CHECK_EQ(tbin_max[i16], 8);
-  CHECK_EQ(tbin_max[i32], 4);
-  tbin_t *b = bin_of(i16);
+  CHECK_EQ(tbin_nslots[i16], 8);
+  CHECK_EQ(tbin_nslots[i32], 4);
   void *p[8];
   for (unsigned k = 0; k < 8; k++) p[k] = strata_malloc(16384);
-  while (tbin_count(b, i16) > 0) (void)strata_malloc(16384); /* leaks at most a few: empties the bin */
+  while (tbin_count(strata_tsd.tcache, i16) > 0) (void)strata_malloc(16384); /* leaks at most a few: empties the bin */
   arena_t *a = strata_tsd.tcache->arena;
   uint64_t before = a->nlarge_dalloc;
   for (unsigned k = 0; k < 8; k++) strata_free(p[k]);
-  CHECK_EQ(tbin_count(b, i16), 8);
+  CHECK_EQ(tbin_count(strata_tsd.tcache, i16), 8);
   CHECK_EQ(a->nlarge_dalloc, before);
   for (unsigned k = 0; k < 8; k++) {
     void *q = strata_malloc(16384);
@@ -346,13 +345,13 @@ static void test_large_frees_take_the_fast_path(void) {
     CHECK_EQ(rt_szind(rtree_read((uintptr_t)p)), ind);
     CHECK_EQ(rt_szind(rtree_read((uintptr_t)p + os_page)), 0); /* interior: no class */
     tbin_t *b = bin_of(ind);
-    uint32_t n0 = tbin_count(b, ind);
-    CHECK(n0 < tbin_max[ind]); /* p's pop left room */
+    uint32_t n0 = tbin_count(strata_tsd.tcache, ind);
+    CHECK(n0 < tbin_nslots[ind]); /* p's pop left room */
     uint64_t nd0 = tbin_ndalloc(strata_tsd.tcache, ind), ld0 = own->nlarge_dalloc, a0, d0, a1, d1;
     tcache_counts(&strata_tsd, &a0, &d0);
     strata_free(p);
     CHECK(b->head == p);
-    CHECK_EQ(tbin_count(b, ind), n0 + 1);
+    CHECK_EQ(tbin_count(strata_tsd.tcache, ind), n0 + 1);
     CHECK_EQ(tbin_ndalloc(strata_tsd.tcache, ind) - nd0, 1); /* the fast path's push */
     CHECK_EQ(own->nlarge_dalloc, ld0);
     tcache_counts(&strata_tsd, &a1, &d1);
@@ -385,12 +384,12 @@ static void test_large_frees_take_the_fast_path(void) {
   CHECK_EQ(rt_szind(rtree_read((uintptr_t)x)), 0);
   tbin_t *b16 = bin_of(i16);
   void *hold = strata_malloc(16384); /* the bin has room: only the class keeps x out */
-  uint32_t n0 = tbin_count(b16, i16);
-  CHECK(n0 < tbin_max[i16]);
+  uint32_t n0 = tbin_count(strata_tsd.tcache, i16);
+  CHECK(n0 < tbin_nslots[i16]);
   uint64_t nd0 = tbin_ndalloc(strata_tsd.tcache, i16), ud0 = u->nlarge_dalloc;
   strata_free(x);
   CHECK(b16->head != x);
-  CHECK_EQ(tbin_count(b16, i16), n0);
+  CHECK_EQ(tbin_count(strata_tsd.tcache, i16), n0);
   CHECK_EQ(tbin_ndalloc(strata_tsd.tcache, i16), nd0);
   CHECK_EQ(u->nlarge_dalloc - ud0, 1);
   strata_free(hold);
@@ -424,7 +423,7 @@ static void *crowd_checker(void *arg) {
   out[2] = tc->bins[i4k].avail + (tc->bins[i4k].head != TBIN_END); /* 0: nothing cached, no room */
   void *q = strata_malloc(64);
   strata_free(q);
-  out[3] = tbin_count(&tc->bins[i64], i64); /* still cached */
+  out[3] = tbin_count(tc, i64); /* still cached */
   szind_t i16k = sz_size2index(16384); /* a large class: back to the extents at once */
   uint64_t before16 = tc->arena->nlarge_dalloc;
   void *l = strata_malloc(16384);
@@ -434,14 +433,14 @@ static void *crowd_checker(void *arg) {
   pthread_barrier_wait(&crowd_done);
   pthread_barrier_wait(&crowd_gone); /* the members have exited */
   out[4] = __atomic_load_n(&tcache_nlive, __ATOMIC_RELAXED);
-  size_t big = opt.tcache_max + 1; /* uncached traffic: a GC visit per TCACHE_GC_BYTES, */
+  size_t big = opt.tcache_max + 1; /* uncached traffic: a GC visit per opt.tcache_gc_incr_bytes, */
   for (unsigned v = 0; v < 2 * tcache_nbins; v++) /* and a crowd check per round of the bins */
-    for (size_t done = 0; done < TCACHE_GC_BYTES; done += big) strata_free(strata_malloc(big));
+    for (size_t done = 0; done < opt.tcache_gc_incr_bytes; done += big) strata_free(strata_malloc(big));
   out[5] = tc->nbins_open;
   p = strata_malloc(4096);
-  size_t before = tbin_count(&tc->bins[i4k], i4k);
+  size_t before = tbin_count(tc, i4k);
   strata_free(p);
-  out[6] = tbin_count(&tc->bins[i4k], i4k) - before; /* 1: cached again */
+  out[6] = tbin_count(tc, i4k) - before; /* 1: cached again */
   return NULL;
 }
 
@@ -603,6 +602,71 @@ static void test_crowded_arenas_make_small_slabs(void) {
   strata_free(t);
 }
 
+/* Bins that follow bursts: a thread that allocates a burst of 64 B blocks larger than the
+ * bin and frees it, again and again, makes round trips (its flushes return what its fills
+ * brought); the bin grows until the burst fits, after which a burst makes no fill or
+ * flush (the bin's dbase moves only on those). Uncached traffic then drives the GC, which
+ * finds the bin idle and halves it back to its start. The thread's growth stays within
+ * its bound in bytes, however many classes burst. */
+#define BURST 1000
+static void *burst_body(void *arg) {
+  size_t *out = arg;
+  szind_t ind = sz_size2index(64);
+  tcache_t *tc;
+  static void *p[BURST];
+  for (int round = 0; round < 12; round++) {
+    for (int i = 0; i < BURST; i++) p[i] = strata_malloc(64);
+    for (int i = 0; i < BURST; i++) strata_free(p[i]);
+  }
+  tc = strata_tsd.tcache;
+  out[0] = tbin_nslots[ind];
+  out[1] = tc->max[ind];
+  uint64_t dbase = tc->bins[ind].dbase;
+  for (int i = 0; i < BURST; i++) p[i] = strata_malloc(64);
+  for (int i = 0; i < BURST; i++) strata_free(p[i]);
+  out[2] = tc->bins[ind].dbase != dbase; /* a fill or a flush happened */
+  out[3] = tbin_count(tc, ind);
+  /* Idle: only uncached blocks from now on, a GC visit per tcache_gc_incr_bytes. */
+  size_t big = opt.tcache_max + 1;
+  for (unsigned i = 0; i < 16 * tcache_nbins * (opt.tcache_gc_incr_bytes / big + 1); i++) strata_free(strata_malloc(big));
+  out[4] = tc->max[ind];
+  out[5] = tbin_count(tc, ind);
+  /* Bursts in every small class up to 1 KiB: growth stops at the thread's bound. */
+  for (szind_t c = 1; c <= SZ_NSMALL && sz_size[c] <= 1024; c++) {
+    for (int round = 0; round < 8; round++) {
+      for (int i = 0; i < BURST; i++) p[i] = strata_malloc(sz_size[c]);
+      for (int i = 0; i < BURST; i++) strata_free(p[i]);
+    }
+  }
+  size_t grown = 0;
+  for (szind_t c = 1; c < tcache_nbins; c++) {
+    CHECK(tc->max[c] >= tbin_nslots[c] || c >= tc->nbins_open);
+    CHECK((size_t)tc->max[c] * sz_size[c] <= ((size_t)128 << 10) || tc->max[c] == tbin_nslots[c]);
+    if (tc->max[c] > tbin_nslots[c]) grown += (size_t)(tc->max[c] - tbin_nslots[c]) * sz_size[c];
+  }
+  out[6] = grown;
+  out[7] = tc->grown;
+  return NULL;
+}
+
+static void test_bins_grow_with_bursts_and_shrink_when_idle(void) {
+  pthread_t t;
+  size_t out[8];
+  pthread_create(&t, NULL, burst_body, out);
+  pthread_join(t, NULL);
+  printf("     64 B bin: %zu slots at first, %zu after bursts of %d (then %s, %zu cached), %zu after idle GC (%zu cached)\n",
+         out[0], out[1], BURST, out[2] ? "fills/flushes" : "no fill or flush", out[3], out[4], out[5]);
+  printf("     bursts in every class to 1 KiB: %zu bytes grown (bound 512 KiB)\n", out[6]);
+  CHECK(out[0] < BURST);
+  CHECK(out[1] >= BURST && out[1] <= 2 * BURST);
+  CHECK_EQ(out[2], 0);
+  CHECK(out[3] >= BURST); /* the burst, and what its fills brought besides */
+  CHECK_EQ(out[4], out[0]);
+  CHECK(out[5] <= out[0]);
+  CHECK_EQ(out[6], out[7]);
+  CHECK(out[6] > 0 && out[6] <= ((size_t)512 << 10));
+}
+
 int main(void) {
   if (strata_init()) return 1;
   printf("unit: tcache\n");
@@ -621,5 +685,6 @@ int main(void) {
   RUN(test_crowded_caches_keep_small_classes_only);
   RUN(test_crowded_slab_geometry);
   RUN(test_crowded_arenas_make_small_slabs);
+  RUN(test_bins_grow_with_bursts_and_shrink_when_idle);
   UNIT_EXIT();
 }
