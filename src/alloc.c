@@ -22,6 +22,7 @@
  * linked as the fast path does, or handed to the cache's flush when the bin is full. */
 static inline void tcache_push_slow(tsd_t *tsd, tcache_t *tc, szind_t ind, void *p) {
   tbin_t *b = &tc->bins[ind];
+  sassert(ind != SZ_TINY_IND); /* never cached: its regions have no tag word */
   tsd->reentrant = 1;
   if (ind <= SZ_NSMALL) TAG_WORD(p) = TAG_OF(p);
   else if (unlikely(p == b->head)) strata_invalid_free("free", p); /* large: freed twice in a row */
@@ -107,7 +108,8 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
   if (unlikely(tsd->reentrant)) return NULL;
   tsd->reentrant = 1;
   if (unlikely(tsd->in_hook)) explicit = NULL, use_tcache = false;
-  if (likely(ind < tcache_nbins && use_tcache && explicit == NULL)) {
+  /* The 8-byte class is never cached (SZ_TINY_IND): it goes to the arena's bin. */
+  if (likely(ind < tcache_nbins && use_tcache && explicit == NULL && ind != SZ_TINY_IND)) {
     tcache_t *tc = tsd->state == TSD_ACTIVE ? tsd->tcache : NULL;
     if (tc == NULL) {
       tsd->reentrant = 0;
@@ -146,7 +148,7 @@ done:
   tsd->reentrant = 0;
   if (likely(p != NULL)) {
     /* allocated: untagged (cached large classes too: free()'s fast path tags them) */
-    if (ind <= SZ_NSMALL || ind < tcache_nbins) TAG_WORD(p) = 0;
+    if ((ind <= SZ_NSMALL || ind < tcache_nbins) && ind != SZ_TINY_IND) TAG_WORD(p) = 0;
     tsd->allocated += usize;
     alloc_fill(p, usize, zero || opt.zero);
   }
@@ -205,14 +207,14 @@ static inline edata_t *lookup_owned(const void *p, szind_t *ind, const char *fun
 static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void *p, edata_t *ed, szind_t ind,
                                                                bool use_tcache) {
   size_t usize = sz_size[ind];
-  if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("free", p);
+  if (ind <= SZ_NSMALL && unlikely(tag_is_set(p, ind))) strata_invalid_free("free", p);
   if (unlikely(opt.junk & JUNK_FREE)) memset(p, 0x5a, usize);
   tsd->deallocated += usize;
   if (unlikely(ed->arena_id == GUARD_ARENA)) { /* a sampled guarded block (guard.c) */
     guard_free(p, ed);
     return;
   }
-  if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant && !tsd->in_hook &&
+  if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant && !tsd->in_hook && ind != SZ_TINY_IND &&
              !arena_ind_is_user(edata_arena_ind(ed)))) {
     /* A thread whose first call is a free gets its cache now, but that block goes back
      * to its arena: it was allocated elsewhere, next to other threads' blocks, and
@@ -243,8 +245,9 @@ static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void 
   if (ind <= SZ_NSMALL) {
     /* Tagged as a cached region is: a second free of it, by any thread, before a malloc
      * hands it out again finds the tag and is reported (a thread whose first call is
-     * this free, an uncached thread, a user arena's block). */
-    TAG_WORD(p) = TAG_OF(p);
+     * this free, an uncached thread, a user arena's block). The 8-byte class has no tag
+     * word: its slab bitmap, which bin_dalloc_batch checks, reports a second free. */
+    if (ind != SZ_TINY_IND) TAG_WORD(p) = TAG_OF(p);
     bin_dalloc_batch(arena_of(ed), ind, &p, 1);
   } else {
     arena_large_dalloc(ed);
@@ -261,7 +264,7 @@ static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void 
  * granule, large blocks, full bins, ...). Out of line, so that idalloc's code does not
  * change with prof:false. */
 static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
-  if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("free", p);
+  if (ind <= SZ_NSMALL && unlikely(tag_is_set(p, ind))) strata_invalid_free("free", p);
   if (unlikely(prof_maybe_sampled(p, ed, ind)) && prof_free_sampled(tsd, p, ed)) return;
   if (unlikely(prof_want_thread)) prof_free_hook();
   if (ind <= SZ_NSMALL && !ed->slab && ed->arena_id != GUARD_ARENA) {
@@ -608,7 +611,7 @@ static NOINLINE void free_slow(void *p, bool use_tcache, const char *func) {
     free_slow_large(p, ed, ind, use_tcache, saved);
     return;
   }
-  if (unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free(func, p); /* freed twice */
+  if (unlikely(tag_is_set(p, ind))) strata_invalid_free(func, p); /* freed twice */
   idalloc(&strata_tsd, p, ed, ind, use_tcache);
   errno = saved;
 }
@@ -706,7 +709,7 @@ static NOINLINE void sized_free_slow(void *p, size_t size, size_t align, bool us
     errno = saved;
     return;
   }
-  if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free(func, p); /* freed twice */
+  if (ind <= SZ_NSMALL && unlikely(tag_is_set(p, ind))) strata_invalid_free(func, p); /* freed twice */
   idalloc(&strata_tsd, p, ed, ind, use_tcache);
   errno = saved;
 }
@@ -764,8 +767,10 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
   edata_t *ed = lookup_owned(p, &old_ind, func);
   /* Freed already (a small block with its tag; a large one in this thread's cache): reported
    * as this call's misuse. */
-  if (unlikely(TAG_WORD(p) == TAG_OF(p)) && (old_ind <= SZ_NSMALL || tcache_holds_large(tsd, old_ind, p)))
+  if (unlikely(tag_is_set(p, old_ind)) && (old_ind <= SZ_NSMALL || tcache_holds_large(tsd, old_ind, p)))
     strata_invalid_free(func, p);
+  if (unlikely(old_ind == SZ_TINY_IND) && ed->slab && bin_region_free(arena_of(ed), old_ind, ed, p))
+    strata_invalid_free(func, p); /* the 8-byte class: its slab bitmap says */
   size_t old_usize = sz_size[old_ind];
   size_t usize = align ? sz_sa2u(size, align) : (sz_size2index(size) ? sz_size[sz_size2index(size)] : 0);
   if (usize == 0) return NULL;
@@ -1017,7 +1022,8 @@ static tcache_t *flag_tcache(int flags, const char *func) {
 
 /* Allocation from an explicit cache (classes it holds; anything else goes uncached). */
 static void *ialloc_tc(tsd_t *tsd, szind_t ind, bool zero, tcache_t *tc) {
-  if (ind >= tcache_nbins || tsd->reentrant || tsd->in_hook) return ialloc(tsd, ind, zero, false, NULL);
+  if (ind >= tcache_nbins || ind == SZ_TINY_IND || tsd->reentrant || tsd->in_hook)
+    return ialloc(tsd, ind, zero, false, NULL);
   size_t usize = sz_size[ind];
   tsd->reentrant = 1;
   tbin_t *b = &tc->bins[ind];
@@ -1041,7 +1047,8 @@ static void *ialloc_tc(tsd_t *tsd, szind_t ind, bool zero, tcache_t *tc) {
 static void idalloc_tc(tsd_t *tsd, void *p, tcache_t *tc) {
   szind_t ind;
   edata_t *ed = lookup_owned(p, &ind, "dallocx");
-  if (ind >= tcache_nbins || tsd->reentrant || tsd->in_hook || arena_ind_is_user(edata_arena_ind(ed))) {
+  if (ind >= tcache_nbins || ind == SZ_TINY_IND || tsd->reentrant || tsd->in_hook ||
+      arena_ind_is_user(edata_arena_ind(ed))) {
     idalloc(tsd, p, ed, ind, false);
     return;
   }
@@ -1064,7 +1071,9 @@ static void *mallocx_impl(tsd_t *tsd, size_t size, int flags) {
   bool use_tcache = FLAG_TCACHE(flags) != 1;
   /* (prof:true: ialloc, which counts the bytes; the reserve is never made, so
    * strata_mallocx's reserve path never serves either.) */
-  if (ar != NULL && ar->user && align <= 8 && likely(size <= UR_SIZE_MAX) && !tsd->in_hook &&
+  /* Not the 8-byte class: a reserved region is free to the program, which only a tag
+   * tells a second free of; that class has none, so its blocks come from the bin. */
+  if (ar != NULL && ar->user && align <= 8 && likely(size <= UR_SIZE_MAX) && size > 8 && !tsd->in_hook &&
       !tsd->reentrant && likely(!prof_on)) {
     /* A user arena's small classes: the thread's reserve, checked against the arena's
      * generation, so a reset or destroy never lets a stale region out. */

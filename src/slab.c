@@ -587,6 +587,16 @@ void bin_release_spare(arena_t *a, szind_t ind) {
   arena_maybe_purge(a);
 }
 
+bool bin_region_free(arena_t *a, szind_t ind, const edata_t *s, const void *p) {
+  bin_t *bin = &a->bins[ind];
+  uint64_t regind = (((uintptr_t)p - s->addr) * bin_info[ind].div_magic) >> 32;
+  arena_tally(mtx_lock(&bin->lock));
+  /* A full slab has dropped its bitmap (slab_bitmap_drop): none of its regions is free. */
+  bool free = s->bitmap != NULL && (s->bitmap[regind / 64] >> (regind % 64) & 1);
+  mtx_unlock(&bin->lock);
+  return free;
+}
+
 void bin_return_chain(arena_t *a, szind_t ind, void *head, uint64_t gen) {
   bin_t *bin = &a->bins[ind];
   mtx_lock(&bin->lock);

@@ -82,6 +82,9 @@ void tcache_boot(void) {
   tcache_nbins = last + 1;
   tcache_nbins_malloc = prof_on ? 0 : tcache_nbins;
   for (szind_t i = 1; i < tcache_nbins; i++) {
+    /* The 8-byte class stays uncached: its bin keeps max 0, c32 0 and a full link mask,
+     * so that every fast path misses it (internal.h, SZ_TINY_IND). */
+    if (i == SZ_TINY_IND) continue;
     if (i <= SZ_NSMALL) {
       uint32_t m = bin_info[i].nregs * 2;
       tbin_max[i] = m < TBIN_SMALL_MIN ? TBIN_SMALL_MIN : m > TBIN_SMALL_MAX ? TBIN_SMALL_MAX : m;
@@ -109,6 +112,7 @@ static void tcache_reset_bins(tcache_t *tc) {
     tc->bins[i].link_mask = ~(uint64_t)0; /* always misses: bin 0 and classes not cached */
   }
   for (szind_t i = 1; i < tcache_nbins; i++) {
+    if (i == SZ_TINY_IND) continue; /* uncached: always misses (tcache_boot) */
     tbin_avail_set(&tc->bins[i], tbin_max[i]);
     tc->bins[i].c32 = tbin_c32[i];
     tc->bins[i].link_mask = sz_link_mask[i];
