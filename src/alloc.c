@@ -205,7 +205,7 @@ static inline edata_t *lookup_owned(const void *p, szind_t *ind, const char *fun
 }
 
 static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void *p, edata_t *ed, szind_t ind,
-                                                               bool use_tcache) {
+                                                               bool use_tcache, const char *func) {
   size_t usize = sz_size[ind];
   if (ind <= SZ_NSMALL && unlikely(tag_is_set(p, ind))) strata_invalid_free("free", p);
   if (unlikely(opt.junk & JUNK_FREE)) memset(p, 0x5a, usize);
@@ -247,8 +247,12 @@ static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void 
      * hands it out again finds the tag and is reported (a thread whose first call is
      * this free, an uncached thread, a user arena's block). The 8-byte class has no tag
      * word: its slab bitmap, which bin_dalloc_batch checks, reports a second free. */
-    if (ind != SZ_TINY_IND) TAG_WORD(p) = TAG_OF(p);
-    bin_dalloc_batch(arena_of(ed), ind, &p, 1);
+    if (unlikely(ind == SZ_TINY_IND)) {
+      bin_dalloc_one(arena_of(ed), ind, ed, p, func);
+    } else {
+      TAG_WORD(p) = TAG_OF(p);
+      bin_dalloc_batch(arena_of(ed), ind, &p, 1);
+    }
   } else {
     arena_large_dalloc(ed);
   }
@@ -263,7 +267,8 @@ static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void 
  * where prof:false's would. Reached by the frees the fast path leaves (a sampled block's
  * granule, large blocks, full bins, ...). Out of line, so that idalloc's code does not
  * change with prof:false. */
-static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
+static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache,
+                                  const char *func) {
   if (ind <= SZ_NSMALL && unlikely(tag_is_set(p, ind))) strata_invalid_free("free", p);
   if (unlikely(prof_maybe_sampled(p, ed, ind)) && prof_free_sampled(tsd, p, ed)) return;
   if (unlikely(prof_want_thread)) prof_free_hook();
@@ -282,15 +287,16 @@ static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind,
     if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
     return;
   }
-  idalloc_body(tsd, p, ed, ind, use_tcache);
+  idalloc_body(tsd, p, ed, ind, use_tcache, func);
 }
 
-static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
+/* func: the program's call, for the 8-byte class's double-free report (bin_dalloc_one). */
+static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache, const char *func) {
   if (unlikely(prof_on)) {
-    idalloc_prof(tsd, p, ed, ind, use_tcache);
+    idalloc_prof(tsd, p, ed, ind, use_tcache, func);
     return;
   }
-  idalloc_body(tsd, p, ed, ind, use_tcache);
+  idalloc_body(tsd, p, ed, ind, use_tcache, func);
 }
 
 /* ---------------------------------------------------------------- malloc / free */
@@ -522,7 +528,7 @@ static NOINLINE void free_slow_large(void *p, edata_t *ed, szind_t ind, bool use
       return;
     }
   }
-  idalloc(tsd, p, ed, ind, use_tcache);
+  idalloc(tsd, p, ed, ind, use_tcache, "free");
   errno = saved;
 }
 
@@ -612,7 +618,7 @@ static NOINLINE void free_slow(void *p, bool use_tcache, const char *func) {
     return;
   }
   if (unlikely(tag_is_set(p, ind))) strata_invalid_free(func, p); /* freed twice */
-  idalloc(&strata_tsd, p, ed, ind, use_tcache);
+  idalloc(&strata_tsd, p, ed, ind, use_tcache, func);
   errno = saved;
 }
 
@@ -710,7 +716,7 @@ static NOINLINE void sized_free_slow(void *p, size_t size, size_t align, bool us
     return;
   }
   if (ind <= SZ_NSMALL && unlikely(tag_is_set(p, ind))) strata_invalid_free(func, p); /* freed twice */
-  idalloc(&strata_tsd, p, ed, ind, use_tcache);
+  idalloc(&strata_tsd, p, ed, ind, use_tcache, func);
   errno = saved;
 }
 
@@ -806,7 +812,7 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
                       : ialloc(tsd, sz_size2index(usize), zero, use_tcache, explicit);
   if (q == NULL) return NULL;
   memcpy(q, p, old_usize < size ? old_usize : size);
-  idalloc(tsd, p, ed, old_ind, use_tcache);
+  idalloc(tsd, p, ed, old_ind, use_tcache, func);
   return q;
 }
 
@@ -1049,7 +1055,7 @@ static void idalloc_tc(tsd_t *tsd, void *p, tcache_t *tc) {
   edata_t *ed = lookup_owned(p, &ind, "dallocx");
   if (ind >= tcache_nbins || ind == SZ_TINY_IND || tsd->reentrant || tsd->in_hook ||
       arena_ind_is_user(edata_arena_ind(ed))) {
-    idalloc(tsd, p, ed, ind, false);
+    idalloc(tsd, p, ed, ind, false, "dallocx");
     return;
   }
   if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("dallocx", p);

@@ -527,6 +527,10 @@ HIDDEN void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, u
  * arena a's class ind over to that bin, in O(1) unless the bin holds too many already. */
 HIDDEN void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n);
 HIDDEN void bin_release_spare(arena_t *a, szind_t ind);
+/* Frees region p of slab s (arena a, class ind) alone, without the chain walk of
+ * bin_dalloc_batch: the 8-byte class's free. Reports (as func) a pointer that is no region
+ * start or a region already free in the bitmap. */
+HIDDEN void bin_dalloc_one(arena_t *a, szind_t ind, edata_t *s, void *p, const char *func);
 /* Whether region p of slab s (arena a, class ind) is free in its slab's bitmap (bin lock
  * taken inside): the 8-byte class's double-free test outside a free (realloc). */
 HIDDEN bool bin_region_free(arena_t *a, szind_t ind, const edata_t *s, const void *p);

@@ -587,6 +587,35 @@ void bin_release_spare(arena_t *a, szind_t ind) {
   arena_maybe_purge(a);
 }
 
+void bin_dalloc_one(arena_t *a, szind_t ind, edata_t *s, void *p, const char *func) {
+  const bin_info_t *bi = &bin_info[ind];
+  bin_t *bin = &a->bins[ind];
+  uint64_t diff = (uintptr_t)p - s->addr, regind = (diff * bi->div_magic) >> 32;
+  uint64_t bit = (uint64_t)1 << (regind % 64);
+  arena_tally(mtx_lock(&bin->lock));
+  uint64_t *bm = s->bitmap;
+  if (bm == NULL && (bm = slab_bitmap_regain(bin, ind, s)) == NULL) {
+    bin_keep_run(bin, ind, p, 1); /* no memory for the bitmap: as bin_dalloc_runs_locked */
+  } else {
+    if (unlikely(regind * bi->size != diff || diff > slab_last(s, bi->size) || (bm[regind / 64] & bit))) {
+      mtx_unlock(&bin->lock);
+      strata_invalid_free(func, p);
+    }
+    bm[regind / 64] |= bit;
+    uint32_t before = s->nfree;
+    s->nfree++;
+    /* The first word that may hold a free bit: a 64 KiB slab of 8-byte regions has 128,
+     * which a reset to 0 would make the next fill scan. */
+    if (regind / 64 < s->bm_hint) s->bm_hint = (uint16_t)(regind / 64);
+    slab_note_free(a, bin, bi, s, before);
+    bin->curregs--;
+    bin->ndalloc++;
+    bin->nflushes++;
+  }
+  mtx_unlock(&bin->lock);
+  arena_maybe_purge(a);
+}
+
 bool bin_region_free(arena_t *a, szind_t ind, const edata_t *s, const void *p) {
   bin_t *bin = &a->bins[ind];
   uint64_t regind = (((uintptr_t)p - s->addr) * bin_info[ind].div_magic) >> 32;
