@@ -403,10 +403,33 @@ static NOINLINE void *malloc_diverted(size_t size) {
   return p;
 }
 
+/* The 8-byte class's malloc (internal.h, SZ_TINY_IND): never thread-cached, so every one
+ * comes here, and takes a region of the current slab of the thread's arena under its bin
+ * lock (bin_alloc_one), without ialloc's general path: a malloc+free pair of 8 bytes 608 ->
+ * 151 instructions (docs/design.md, "Size classes and slab geometry"). A thread without its
+ * cache (tcache:false, junk, zero, a user arena) or inside strata, and a bin whose current
+ * slab cannot serve, go the general way. */
+static NOINLINE void *malloc_tiny(size_t size) {
+  tsd_t *tsd = &strata_tsd;
+  if (likely(tsd->state == TSD_ACTIVE && !tsd->reentrant && !tsd->in_hook)) {
+    arena_spread_check(tsd); /* uncached: the tally moves the thread too (tsd_arena) */
+    tsd->reentrant = 1;      /* a signal handler's malloc gets NULL, not the held lock */
+    void *p = bin_alloc_one(tsd->arena, SZ_TINY_IND);
+    tsd->reentrant = 0;
+    if (likely(p != NULL)) {
+      tsd->allocated += 8;
+      if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
+      return p;
+    }
+  }
+  return malloc_general(size);
+}
+
 static NOINLINE void *malloc_slow(size_t size) {
   if (size <= SZ_LOOKUP_MAX) {
     /* Atomic: a thread can get here before strata_init (prof_boot) has finished. */
     if (unlikely(__atomic_load_n(&malloc_divert, __ATOMIC_RELAXED))) return malloc_diverted(size);
+    if (size <= 8) return malloc_tiny(size);
   } else if (likely(strata_tsd.state == TSD_ACTIVE) && !strata_tsd.reentrant) {
     /* Cached classes above the lookup table (14-32 KiB): a hit pops the bin here, without
      * ialloc's general path (wl_xthread's 16 KiB blocks; about 110 instructions there). A
@@ -607,6 +630,25 @@ int prof_entry_patch(void) {
 #endif
 }
 
+/* free_slow for the 8-byte class, which free()'s fast path always refuses (its bin's c32
+ * is 0): the region goes back to its slab alone, whose bitmap reports a second free
+ * (bin_dalloc_one), without idalloc's general path. Sampled, junk-filled and hooked frees,
+ * and one from a signal handler inside strata, go through idalloc. */
+static NOINLINE void free_tiny(void *p, edata_t *ed, const char *func, int saved) {
+  tsd_t *tsd = &strata_tsd;
+  if (likely(ed->slab && !tsd->reentrant && !__atomic_load_n(&prof_on, __ATOMIC_RELAXED) &&
+             !(opt.junk & JUNK_FREE) && !hooks_on())) {
+    tsd->reentrant = 1;
+    tsd->deallocated += 8;
+    bin_dalloc_one(arena_of(ed), SZ_TINY_IND, ed, p, func);
+    tsd->reentrant = 0;
+    if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
+  } else {
+    idalloc(tsd, p, ed, SZ_TINY_IND, true, func);
+  }
+  errno = saved;
+}
+
 /* func: the call the program made, for the report ("free", "dallocx"). */
 static NOINLINE void free_slow(void *p, bool use_tcache, const char *func) {
   if (p == NULL) return;
@@ -617,7 +659,11 @@ static NOINLINE void free_slow(void *p, bool use_tcache, const char *func) {
     free_slow_large(p, ed, ind, use_tcache, saved);
     return;
   }
-  if (unlikely(tag_is_set(p, ind))) strata_invalid_free(func, p); /* freed twice */
+  if (ind == SZ_TINY_IND) {
+    free_tiny(p, ed, func, saved);
+    return;
+  }
+  if (unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free(func, p); /* freed twice */
   idalloc(&strata_tsd, p, ed, ind, use_tcache, func);
   errno = saved;
 }

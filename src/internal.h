@@ -527,6 +527,10 @@ HIDDEN void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, u
  * arena a's class ind over to that bin, in O(1) unless the bin holds too many already. */
 HIDDEN void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n);
 HIDDEN void bin_release_spare(arena_t *a, szind_t ind);
+/* One region of class ind from the bin's current slab, lowest free first, or NULL when
+ * that takes more (remote chains, no current slab or a full one: bin_fill's work). The
+ * 8-byte class's malloc. */
+HIDDEN void *bin_alloc_one(arena_t *a, szind_t ind);
 /* Frees region p of slab s (arena a, class ind) alone, without the chain walk of
  * bin_dalloc_batch: the 8-byte class's free. Reports (as func) a pointer that is no region
  * start or a region already free in the bitmap. */

@@ -303,6 +303,29 @@ unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, un
   return got;
 }
 
+void *bin_alloc_one(arena_t *a, szind_t ind) {
+  bin_t *bin = &a->bins[ind];
+  arena_tally(mtx_lock(&bin->lock));
+  edata_t *s = bin->cur;
+  if (unlikely(bin->nrchain != 0 || s == NULL || s->nfree == 0)) { /* bin_fill's cases */
+    mtx_unlock(&bin->lock);
+    return NULL;
+  }
+  uint64_t *bm = s->bitmap;
+  unsigned w = s->bm_hint;
+  while (bm[w] == 0) w++;
+  uint64_t word = bm[w];
+  bm[w] = word & (word - 1);
+  s->bm_hint = (uint16_t)w;
+  void *p = (void *)(s->addr + ((size_t)w * 64 + (size_t)__builtin_ctzll(word)) * bin_info[ind].size);
+  if (--s->nfree == 0) slab_bitmap_drop(bin, s);
+  bin->curregs++;
+  bin->nmalloc++;
+  bin->nfills++;
+  mtx_unlock(&bin->lock);
+  return p;
+}
+
 unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n) {
   void *head;
   unsigned got = bin_fill_list(a, ind, &head, n);
@@ -613,7 +636,7 @@ void bin_dalloc_one(arena_t *a, szind_t ind, edata_t *s, void *p, const char *fu
     bin->nflushes++;
   }
   mtx_unlock(&bin->lock);
-  arena_maybe_purge(a);
+  arena_maybe_purge(a); /* a slab released to the extents may have made a purge due */
 }
 
 bool bin_region_free(arena_t *a, szind_t ind, const edata_t *s, const void *p) {
