@@ -429,7 +429,7 @@ static NOINLINE void *malloc_slow(size_t size) {
   if (size <= SZ_LOOKUP_MAX) {
     /* Atomic: a thread can get here before strata_init (prof_boot) has finished. */
     if (unlikely(__atomic_load_n(&malloc_divert, __ATOMIC_RELAXED))) return malloc_diverted(size);
-    if (size <= 8) return malloc_tiny(size);
+    if (size <= 8 && opt.tiny_class) return malloc_tiny(size);
   } else if (likely(strata_tsd.state == TSD_ACTIVE) && !strata_tsd.reentrant) {
     /* Cached classes above the lookup table (14-32 KiB): a hit pops the bin here, without
      * ialloc's general path (wl_xthread's 16 KiB blocks; about 110 instructions there). A

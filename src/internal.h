@@ -879,6 +879,7 @@ typedef struct {
   size_t oversize_threshold;
   bool retain;
   bool arena_spread;         /* threads share arenas until lock contention opens more */
+  bool tiny_class;           /* requests of 0..8 bytes get the 8-byte class (else 16 bytes) */
   unsigned junk;             /* JUNK_* bits */
   bool zero;
   bool abort;
