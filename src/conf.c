@@ -73,7 +73,8 @@ unsigned conf_program_strings(const char *str[2], const char *name[2]) {
 /* strata's own options and the jemalloc options it implements: the names an unknown
  * key is compared with for a suggestion (the whole list: docs/jemalloc-compat.md). */
 static const char *const known_keys[] = {
-    "narenas", "tcache", "tcache_max", "oversize_threshold", "retain", "arena_spread", "tiny_class", "junk", "zero", "abort",
+    "narenas", "tcache", "tcache_max", "oversize_threshold", "retain", "arena_spread", "tiny_class", "junk",
+    "zero", "abort",
     "abort_conf", "confirm_conf", "dirty_decay_ms", "muzzy_decay_ms", "background_thread",
     "max_background_threads", "thp", "metadata_thp", "limit_headroom", "stats_print", "stats_print_opts",
     "stats_file", "stats_labels", "stats_interval_ms", "stats_metrics_detail", "guard_sample_interval", "commit_limit",

@@ -295,7 +295,8 @@ TEST(test_double_free_of_an_8_byte_block_is_reported_on_every_path)
             char what[96];
             snprintf(what, sizeof what, "8-byte block freed twice by %s, %s", tiny_func[via],
                      when ? "other blocks freed and reused between" : "at once");
-            CHECK(strstr(r.out, "block=") != NULL, "%s: %s; stderr:\n%s", what, check_status_str(r.status), r.err);
+            CHECK(strstr(r.out, "block=") != NULL, "%s: %s; stderr:\n%s", what, check_status_str(r.status),
+                  r.err);
             if (strstr(r.out, "RESULT: reused"))
                 continue;
             expect_invalid(&r, tiny_func[via], (void *)strtoull(strstr(r.out, "block=") + 6, NULL, 16), what);

@@ -586,8 +586,8 @@ TEST(test_threads_exchange_8_byte_blocks)
     strata_malloc_trim(0);
     size_t alloc1 = stat_size("stats.allocated");
     printf("8-byte exchange: allocated %zu -> %zu\n", alloc0, alloc1);
-    CHECK(alloc1 <= alloc0 + 64 * KiB, "stats.allocated %zu -> %zu after every 8-byte block was freed", alloc0,
-          alloc1);
+    CHECK(alloc1 <= alloc0 + 64 * KiB, "stats.allocated %zu -> %zu after every 8-byte block was freed",
+          alloc0, alloc1);
 }
 
 int main(int argc, char **argv) { return check_main(argc, argv); }
