@@ -248,7 +248,7 @@ static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void 
      * this free, an uncached thread, a user arena's block). The 8-byte class has no tag
      * word: its slab bitmap, which bin_dalloc_batch checks, reports a second free. */
     if (unlikely(ind == SZ_TINY_IND)) {
-      bin_dalloc_one(arena_of(ed), ind, ed, p, func);
+      bin_dalloc_tiny(arena_of(ed), ed, p, func);
     } else {
       TAG_WORD(p) = TAG_OF(p);
       bin_dalloc_batch(arena_of(ed), ind, &p, 1);
@@ -290,7 +290,7 @@ static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind,
   idalloc_body(tsd, p, ed, ind, use_tcache, func);
 }
 
-/* func: the program's call, for the 8-byte class's double-free report (bin_dalloc_one). */
+/* func: the program's call, for the 8-byte class's double-free report (bin_dalloc_tiny). */
 static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache, const char *func) {
   if (unlikely(prof_on)) {
     idalloc_prof(tsd, p, ed, ind, use_tcache, func);
@@ -405,8 +405,8 @@ static NOINLINE void *malloc_diverted(size_t size) {
 
 /* The 8-byte class's malloc (internal.h, SZ_TINY_IND): never thread-cached, so every one
  * comes here, and takes a region of the current slab of the thread's arena under its bin
- * lock (bin_alloc_one), without ialloc's general path (with free_tiny: an 8-byte malloc+free
- * pair 608 -> 384 instructions; docs/design.md, "Size classes and slab geometry"). A thread without its
+ * lock (bin_alloc_tiny), without ialloc's general path (with free_tiny: an 8-byte malloc+free
+ * pair 608 -> 347 instructions; docs/design.md, "Size classes and slab geometry"). A thread without its
  * cache (tcache:false, junk, zero, a user arena) or inside strata, and a bin whose current
  * slab cannot serve, go the general way. */
 static NOINLINE void *malloc_tiny(size_t size) {
@@ -414,7 +414,7 @@ static NOINLINE void *malloc_tiny(size_t size) {
   if (likely(tsd->state == TSD_ACTIVE && !tsd->reentrant && !tsd->in_hook)) {
     arena_spread_check(tsd); /* uncached: the tally moves the thread too (tsd_arena) */
     tsd->reentrant = 1;      /* a signal handler's malloc gets NULL, not the held lock */
-    void *p = bin_alloc_one(tsd->arena, SZ_TINY_IND);
+    void *p = bin_alloc_tiny(tsd->arena);
     tsd->reentrant = 0;
     if (likely(p != NULL)) {
       tsd->allocated += 8;
@@ -632,7 +632,7 @@ int prof_entry_patch(void) {
 
 /* free_slow for the 8-byte class, which free()'s fast path always refuses (its bin's c32
  * is 0): the region goes back to its slab alone, whose bitmap reports a second free
- * (bin_dalloc_one), without idalloc's general path. Sampled, junk-filled and hooked frees,
+ * (bin_dalloc_tiny), without idalloc's general path. Sampled, junk-filled and hooked frees,
  * and one from a signal handler inside strata, go through idalloc. */
 static NOINLINE void free_tiny(void *p, edata_t *ed, const char *func, int saved) {
   tsd_t *tsd = &strata_tsd;
@@ -640,7 +640,7 @@ static NOINLINE void free_tiny(void *p, edata_t *ed, const char *func, int saved
              !(opt.junk & JUNK_FREE) && !hooks_on())) {
     tsd->reentrant = 1;
     tsd->deallocated += 8;
-    bin_dalloc_one(arena_of(ed), SZ_TINY_IND, ed, p, func);
+    bin_dalloc_tiny(arena_of(ed), ed, p, func);
     tsd->reentrant = 0;
     if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
   } else {

@@ -527,14 +527,14 @@ HIDDEN void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, u
  * arena a's class ind over to that bin, in O(1) unless the bin holds too many already. */
 HIDDEN void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n);
 HIDDEN void bin_release_spare(arena_t *a, szind_t ind);
-/* One region of class ind from the bin's current slab, lowest free first, or NULL when
- * that takes more (remote chains, no current slab or a full one: bin_fill's work). The
- * 8-byte class's malloc. */
-HIDDEN void *bin_alloc_one(arena_t *a, szind_t ind);
-/* Frees region p of slab s (arena a, class ind) alone, without the chain walk of
- * bin_dalloc_batch: the 8-byte class's free. Reports (as func) a pointer that is no region
- * start or a region already free in the bitmap. */
-HIDDEN void bin_dalloc_one(arena_t *a, szind_t ind, edata_t *s, void *p, const char *func);
+/* The 8-byte class's malloc: one region from the current slab of a's bin, lowest free
+ * first, or NULL when that takes more (remote chains, no current slab or a full one:
+ * bin_fill's work). */
+HIDDEN void *bin_alloc_tiny(arena_t *a);
+/* The 8-byte class's free: region p of slab s (arena a) back to its bitmap alone, without
+ * bin_dalloc_batch's chain walk. Reports (as func) a pointer that is no region start or a
+ * region already free in the bitmap. */
+HIDDEN void bin_dalloc_tiny(arena_t *a, edata_t *s, void *p, const char *func);
 /* Whether region p of slab s (arena a, class ind) is free in its slab's bitmap (bin lock
  * taken inside): the 8-byte class's double-free test outside a free (realloc). */
 HIDDEN bool bin_region_free(arena_t *a, szind_t ind, const edata_t *s, const void *p);
@@ -774,7 +774,7 @@ HIDDEN extern uintptr_t tcache_key;
 #define TAG_OF(p) (tcache_key ^ (uintptr_t)(p))
 /* Whether block p of class ind carries its free tag: never for the 8-byte class, whose
  * second word is its neighbour's (nothing reads or writes it); its double frees are the
- * slab bitmap's to tell (bin_dalloc_runs_locked, bin_region_free). */
+ * slab bitmap's to tell (bin_dalloc_tiny, bin_region_free). */
 static inline bool tag_is_set(const void *p, unsigned ind) {
   return ind != SZ_TINY_IND && TAG_WORD(p) == TAG_OF(p);
 }

@@ -303,7 +303,8 @@ unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, un
   return got;
 }
 
-void *bin_alloc_one(arena_t *a, szind_t ind) {
+void *bin_alloc_tiny(arena_t *a) {
+  const szind_t ind = SZ_TINY_IND; /* a constant: the bin's offset and the size fold in */
   bin_t *bin = &a->bins[ind];
   arena_tally(mtx_lock(&bin->lock));
   edata_t *s = bin->cur;
@@ -610,7 +611,8 @@ void bin_release_spare(arena_t *a, szind_t ind) {
   arena_maybe_purge(a);
 }
 
-void bin_dalloc_one(arena_t *a, szind_t ind, edata_t *s, void *p, const char *func) {
+void bin_dalloc_tiny(arena_t *a, edata_t *s, void *p, const char *func) {
+  const szind_t ind = SZ_TINY_IND;
   const bin_info_t *bi = &bin_info[ind];
   bin_t *bin = &a->bins[ind];
   uint64_t diff = (uintptr_t)p - s->addr, regind = (diff * bi->div_magic) >> 32;
