@@ -48,6 +48,17 @@ static inline arena_t *tsd_arena(tsd_t *tsd, size_t usize) {
   return tsd->arena;
 }
 
+/* An 8-byte region handed to the program: its free-map bit (internal.h, tiny_fmap) goes.
+ * A bit already clear means the region was handed out twice: a free list was corrupted. */
+static inline void tiny_mark_used(void *p) {
+  edata_t *ed = rt_edata(rtree_read((uintptr_t)p));
+  uint64_t *fm = ed->slab ? tiny_fmap(ed) : NULL; /* not a sampled block's page */
+  if (fm == NULL) return;
+  uint64_t regind = ((uintptr_t)p - ed->addr) >> 3, bit = (uint64_t)1 << (regind % 64);
+  if (unlikely(!(__atomic_fetch_and(&fm[regind / 64], ~bit, __ATOMIC_RELAXED) & bit)))
+    strata_heap_corruption(p, SZ_TINY_IND);
+}
+
 static inline void alloc_fill(void *p, size_t usize, bool zero) {
   if (unlikely(opt.junk & JUNK_ALLOC) && !zero) memset(p, 0xa5, usize);
 }
@@ -145,6 +156,7 @@ done:
   /* Heap profiling: this allocation's bytes, whichever way it was served (prof.c); a
    * sampled small block is exchanged for a page of its own (ialloc_prof). */
   if (unlikely(prof_on)) p = ialloc_prof(tsd, p, ind, zero);
+  if (unlikely(ind == SZ_TINY_IND) && p != NULL) tiny_mark_used(p);
   tsd->reentrant = 0;
   if (likely(p != NULL)) {
     /* allocated: untagged (cached large classes too: free()'s fast path tags them) */
@@ -403,24 +415,32 @@ static NOINLINE void *malloc_diverted(size_t size) {
   return p;
 }
 
-/* The 8-byte class's malloc (internal.h, SZ_TINY_IND): never thread-cached, so every one
- * comes here, and takes a region of the current slab of the thread's arena under its bin
- * lock (bin_alloc_tiny), without ialloc's general path (with free_tiny: an 8-byte malloc+free
- * pair 608 -> 347 instructions; docs/design.md, "Size classes and slab geometry"). A thread without its
- * cache (tcache:false, junk, zero, a user arena) or inside strata, and a bin whose current
- * slab cannot serve, go the general way. */
+/* The 8-byte class's malloc (internal.h, SZ_TINY_IND). Its thread-cache bin always misses
+ * malloc's fast path (a full link mask), whose pop would clear a second word the region does
+ * not have; here it is popped with its link checked and no tag, and the region's free-map
+ * bit cleared (tiny_mark_used). A miss fills the bin as other classes' misses do. A thread
+ * without its cache (tcache:false, junk, zero, a user arena) or inside strata goes the
+ * general way (ialloc, uncached). */
 static NOINLINE void *malloc_tiny(size_t size) {
   tsd_t *tsd = &strata_tsd;
   if (likely(tsd->state == TSD_ACTIVE && !tsd->reentrant && !tsd->in_hook)) {
-    arena_spread_check(tsd); /* uncached: the tally moves the thread too (tsd_arena) */
-    tsd->reentrant = 1;      /* a signal handler's malloc gets NULL, not the held lock */
-    void *p = bin_alloc_tiny(tsd->arena);
-    tsd->reentrant = 0;
+    tbin_t *b = &tsd->tcache->bins[SZ_TINY_IND];
+    void *p = b->head;
+    tsd->reentrant = 1; /* a signal handler's malloc meanwhile gets NULL */
+    if (likely(p != TBIN_END)) {
+      b->head = tbin_next(p, SZ_TINY_IND);
+      tbin_avail_move(b, 1);
+    } else {
+      p = tcache_alloc_hard(tsd->tcache, SZ_TINY_IND);
+    }
     if (likely(p != NULL)) {
+      tiny_mark_used(p);
+      tsd->reentrant = 0;
       tsd->allocated += 8;
       if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
       return p;
     }
+    tsd->reentrant = 0;
   }
   return malloc_general(size);
 }
@@ -631,16 +651,35 @@ int prof_entry_patch(void) {
 }
 
 /* free_slow for the 8-byte class, which free()'s fast path always refuses (its bin's c32
- * is 0): the region goes back to its slab alone, whose bitmap reports a second free
- * (bin_dalloc_tiny), without idalloc's general path. Sampled, junk-filled and hooked frees,
- * and one from a signal handler inside strata, go through idalloc. */
+ * is 0: the push would tag a second word the region does not have). The region's free-map
+ * bit is set, atomically: set already, it is a second free, reported by any thread wherever
+ * the first copy waits (internal.h, tiny_fmap); then it is pushed onto the thread's bin,
+ * linked through its first word alone, or handed to the bin's flush when full. Without a
+ * cache (or for a user arena's block) it goes back to its slab (bin_dalloc_tiny). Sampled,
+ * junk-filled and hooked frees, and one from a signal handler inside strata, go through
+ * idalloc. */
 static NOINLINE void free_tiny(void *p, edata_t *ed, const char *func, int saved) {
   tsd_t *tsd = &strata_tsd;
   if (likely(ed->slab && !tsd->reentrant && !__atomic_load_n(&prof_on, __ATOMIC_RELAXED) &&
              !(opt.junk & JUNK_FREE) && !hooks_on())) {
     tsd->reentrant = 1;
     tsd->deallocated += 8;
-    bin_dalloc_tiny(arena_of(ed), ed, p, func);
+    uint64_t *fm = tiny_fmap(ed);
+    if (likely(fm != NULL && tsd->state == TSD_ACTIVE && !tsd->in_hook)) {
+      uint64_t regind = ((uintptr_t)p - ed->addr) >> 3, bit = (uint64_t)1 << (regind % 64);
+      if (unlikely(__atomic_fetch_or(&fm[regind / 64], bit, __ATOMIC_RELAXED) & bit))
+        strata_invalid_free(func, p);
+      tbin_t *b = &tsd->tcache->bins[SZ_TINY_IND];
+      if (likely(b->avail != 0)) {
+        LINK_SET(p, b->head);
+        b->head = p;
+        tbin_avail_move(b, -1);
+      } else {
+        tcache_dalloc_hard(tsd->tcache, SZ_TINY_IND, p);
+      }
+    } else {
+      bin_dalloc_tiny(arena_of(ed), ed, p, func);
+    }
     tsd->reentrant = 0;
     if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
   } else {
@@ -821,8 +860,12 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
    * as this call's misuse. */
   if (unlikely(tag_is_set(p, old_ind)) && (old_ind <= SZ_NSMALL || tcache_holds_large(tsd, old_ind, p)))
     strata_invalid_free(func, p);
-  if (unlikely(old_ind == SZ_TINY_IND) && ed->slab && bin_region_free(arena_of(ed), old_ind, ed, p))
-    strata_invalid_free(func, p); /* the 8-byte class: its slab bitmap says */
+  if (unlikely(old_ind == SZ_TINY_IND) && ed->slab) { /* the 8-byte class: its free map or bitmap says */
+    uint64_t *fm = tiny_fmap(ed), regind = ((uintptr_t)p - ed->addr) >> 3;
+    if (fm ? (__atomic_load_n(&fm[regind / 64], __ATOMIC_RELAXED) >> (regind % 64) & 1)
+           : bin_region_free(arena_of(ed), old_ind, ed, p))
+      strata_invalid_free(func, p);
+  }
   size_t old_usize = sz_size[old_ind];
   size_t usize = align ? sz_sa2u(size, align) : (sz_size2index(size) ? sz_size[sz_size2index(size)] : 0);
   if (usize == 0) return NULL;

@@ -527,10 +527,6 @@ HIDDEN void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, u
  * arena a's class ind over to that bin, in O(1) unless the bin holds too many already. */
 HIDDEN void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n);
 HIDDEN void bin_release_spare(arena_t *a, szind_t ind);
-/* The 8-byte class's malloc: one region from the current slab of a's bin, lowest free
- * first, or NULL when that takes more (remote chains, no current slab or a full one:
- * bin_fill's work). */
-HIDDEN void *bin_alloc_tiny(arena_t *a);
 /* The 8-byte class's free: region p of slab s (arena a) back to its bitmap alone, without
  * bin_dalloc_batch's chain walk. Reports (as func) a pointer that is no region start or a
  * region already free in the bitmap. */
@@ -1014,6 +1010,16 @@ HIDDEN bool ehooks_merge(arena_t *a, extent_hooks_t *h, void *addr_a, size_t siz
 #define ARENAS_MAX 4096
 HIDDEN extern unsigned narenas_total; /* atomic: 1 + the highest index ever used */
 #define arena_ind_is_user(i) ((i) > narenas)
+/* The 8-byte class's free map: for each slab of an ordinary arena, a bitmap (slab.c makes
+ * it with the slab, in a block of the slab bitmaps' pool) whose bit is set while the region
+ * is free to the program, wherever it waits (its slab's bitmap, a thread cache, a remote
+ * chain). Every free sets its bit atomically, and finding it set is a double free, by any
+ * thread, exact; every hand-out to the program clears it. Fills and flushes leave it alone.
+ * Held in the slab's lru_prev, which only user arenas' active extents use (none of theirs
+ * has a map). */
+static inline uint64_t *tiny_fmap(const edata_t *s) {
+  return arena_ind_is_user(edata_arena_ind(s)) ? NULL : (uint64_t *)(void *)s->lru_prev;
+}
 /* mallctl names of arenas_user.c and tcache.c: ENOENT if none matches. */
 /* mallctl handlers (rows of ctl.c's table) */
 HIDDEN ctl_handler_t au_arenas_create, au_arena_reset, au_arena_destroy, au_arena_initialized,

@@ -127,6 +127,12 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   bin->bm_spare = NULL;
   if (bmp == NULL && meta_pool_get(bitmap_pool(ind), &bmp, 1) == 0) return NULL;
   uint64_t *bm = bmp;
+  /* The 8-byte class's free map (internal.h, tiny_fmap): ordinary arenas' slabs. */
+  void *fmp = NULL;
+  if (ind == SZ_TINY_IND && !a->user && meta_pool_get(bitmap_pool(ind), &fmp, 1) == 0) {
+    bitmap_free(ind, bm);
+    return NULL;
+  }
   bool hooked = arena_hooks(a) != NULL;
   uint64_t gen = __atomic_load_n(&a->gen, __ATOMIC_ACQUIRE);
   size_t ssize = slab_size_for(a, bin, bi, cfrees); /* reads the growth run: bin lock held */
@@ -137,6 +143,7 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
     s->slab = 1;
     s->szind = (uint16_t)ind;
     s->bitmap = bm; /* before the elock goes: a reset may find the slab */
+    if (fmp != NULL) s->lru_prev = fmp;
     /* class 0: free() of a user arena's block skips the caches */
     extent_register(s, a->user ? 0 : ind, true);
   }
@@ -146,6 +153,7 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
     if (s != NULL && __atomic_load_n(&a->gen, __ATOMIC_ACQUIRE) != gen) return NULL; /* reset took s, bm */
   }
   if (s == NULL) {
+    if (fmp != NULL) bitmap_free(ind, fmp);
     if (bin->bm_spare == NULL) {
       bin->bm_spare = bm;
     } else {
@@ -155,6 +163,7 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   }
   uint32_t nregs = slab_nregs(s, bi);
   bitmap_init(bm, bi, nregs);
+  if (fmp != NULL) bitmap_init(fmp, bi, nregs); /* every region free; published by the bin lock */
   s->nfree = (uint16_t)nregs;
   s->bm_hint = 0;
   if (bin->grow_run == 0 || bin->ndalloc != bin->grow_mark || cfrees != bin->grow_cmark) {
@@ -173,6 +182,10 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
 
 /* bin lock held. */
 static void slab_release(arena_t *a, bin_t *bin, edata_t *s) {
+  if (s->szind == SZ_TINY_IND && !a->user && s->lru_prev != NULL) { /* its free map */
+    bitmap_free(SZ_TINY_IND, (uint64_t *)(void *)s->lru_prev);
+    s->lru_prev = NULL;
+  }
   if (bin->bm_spare == NULL) {
     bin->bm_spare = s->bitmap;
   } else {
@@ -301,30 +314,6 @@ unsigned bin_fill_list_upto(arena_t *a, szind_t ind, void **head, unsigned n, un
   /* A new slab may have brought the container-limit purge due (limit_check). */
   if (unlikely(next_slab)) arena_maybe_purge(a);
   return got;
-}
-
-void *bin_alloc_tiny(arena_t *a) {
-  const szind_t ind = SZ_TINY_IND; /* a constant: the bin's offset and the size fold in */
-  bin_t *bin = &a->bins[ind];
-  arena_tally(mtx_lock(&bin->lock));
-  edata_t *s = bin->cur;
-  if (unlikely(bin->nrchain != 0 || s == NULL || s->nfree == 0)) { /* bin_fill's cases */
-    mtx_unlock(&bin->lock);
-    return NULL;
-  }
-  uint64_t *bm = s->bitmap;
-  unsigned w = s->bm_hint;
-  while (bm[w] == 0) w++;
-  uint64_t word = bm[w];
-  bm[w] = word & (word - 1);
-  s->bm_hint = (uint16_t)w;
-  void *p = (void *)(s->addr + ((size_t)w * 64 + (size_t)__builtin_ctzll(word)) * bin_info[ind].size);
-  if (--s->nfree == 0) slab_bitmap_drop(bin, s);
-  bin->curregs++;
-  bin->nmalloc++;
-  bin->nfills++;
-  mtx_unlock(&bin->lock);
-  return p;
 }
 
 unsigned bin_fill(arena_t *a, szind_t ind, void **out, unsigned n) {
@@ -617,6 +606,9 @@ void bin_dalloc_tiny(arena_t *a, edata_t *s, void *p, const char *func) {
   bin_t *bin = &a->bins[ind];
   uint64_t diff = (uintptr_t)p - s->addr, regind = (diff * bi->div_magic) >> 32;
   uint64_t bit = (uint64_t)1 << (regind % 64);
+  uint64_t *fm = a->user ? NULL : (uint64_t *)(void *)s->lru_prev;
+  if (fm != NULL && (__atomic_fetch_or(&fm[regind / 64], bit, __ATOMIC_RELAXED) & bit))
+    strata_invalid_free(func, p); /* free to the program already: a cache, a chain or here */
   arena_tally(mtx_lock(&bin->lock));
   uint64_t *bm = s->bitmap;
   if (bm == NULL && (bm = slab_bitmap_regain(bin, ind, s)) == NULL) {

@@ -243,7 +243,8 @@ TEST(test_double_free_across_threads_is_reported_with_the_first_freer_alive_or_e
  * bitmap's to tell. Each way a second free can meet the block: at once, after other blocks
  * of the class went back around it (and a malloc of the class), on every freeing call. */
 typedef struct {
-    int when; /* 0: at once; 1: after 300 other 8-byte frees and mallocs */
+    int when; /* 0: at once; 1: after 300 other 8-byte frees and mallocs; 2: after the thread's
+               * cache went back to the slabs (malloc_trim) */
     int via;  /* 0 free, 1 free_sized, 2 sdallocx, 3 dallocx, 4 dallocx(TCACHE_NONE) */
 } tiny_t;
 static const char *const tiny_func[] = {"free", "free_sized", "sdallocx", "dallocx", "dallocx"};
@@ -269,6 +270,8 @@ static void tiny_child(void *arg)
     void *p = malloc(4);
     say("block", p);
     tiny_free(p, c->via);
+    if (c->when == 2)
+        malloc_trim(0); /* the first free's block leaves this thread's cache for its slab */
     if (c->when == 1) {
         for (int i = 0; i < N; i += 2)
             free(other[i]);
@@ -287,14 +290,16 @@ static void tiny_child(void *arg)
 
 TEST(test_double_free_of_an_8_byte_block_is_reported_on_every_path)
 {
-    for (int when = 0; when < 2; when++)
+    for (int when = 0; when < 3; when++)
         for (int via = 0; via < 5; via++) {
             static check_child_t r;
             tiny_t c = {when, via};
             CHECK(check_child(tiny_child, &c, 20, &r) == 0);
             char what[96];
             snprintf(what, sizeof what, "8-byte block freed twice by %s, %s", tiny_func[via],
-                     when ? "other blocks freed and reused between" : "at once");
+                     when == 2   ? "its cache flushed between"
+                     : when == 1 ? "other blocks freed and reused between"
+                                 : "at once");
             CHECK(strstr(r.out, "block=") != NULL, "%s: %s; stderr:\n%s", what, check_status_str(r.status),
                   r.err);
             if (strstr(r.out, "RESULT: reused"))
