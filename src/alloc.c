@@ -22,7 +22,7 @@
  * linked as the fast path does, or handed to the cache's flush when the bin is full. */
 static inline void tcache_push_slow(tsd_t *tsd, tcache_t *tc, szind_t ind, void *p) {
   tbin_t *b = &tc->bins[ind];
-  sassert(ind != SZ_TINY_IND); /* never cached: its regions have no tag word */
+  sassert(ind != SZ_TINY_IND); /* no tag word: free_tiny pushes that class */
   tsd->reentrant = 1;
   if (ind <= SZ_NSMALL) TAG_WORD(p) = TAG_OF(p);
   else if (unlikely(p == b->head)) strata_invalid_free("free", p); /* large: freed twice in a row */
@@ -119,7 +119,8 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
   if (unlikely(tsd->reentrant)) return NULL;
   tsd->reentrant = 1;
   if (unlikely(tsd->in_hook)) explicit = NULL, use_tcache = false;
-  /* The 8-byte class is never cached (SZ_TINY_IND): it goes to the arena's bin. */
+  /* The 8-byte class: malloc_tiny pops its bin; here (explicit arenas and caches, threads
+   * inside strata) it comes from the arena's bin. */
   if (likely(ind < tcache_nbins && use_tcache && explicit == NULL && ind != SZ_TINY_IND)) {
     tcache_t *tc = tsd->state == TSD_ACTIVE ? tsd->tcache : NULL;
     if (tc == NULL) {
@@ -258,7 +259,7 @@ static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void 
     /* Tagged as a cached region is: a second free of it, by any thread, before a malloc
      * hands it out again finds the tag and is reported (a thread whose first call is
      * this free, an uncached thread, a user arena's block). The 8-byte class has no tag
-     * word: its slab bitmap, which bin_dalloc_batch checks, reports a second free. */
+     * word: its free map and slab bitmap (bin_dalloc_tiny) report a second free. */
     if (unlikely(ind == SZ_TINY_IND)) {
       bin_dalloc_tiny(arena_of(ed), ed, p, func);
     } else {

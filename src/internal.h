@@ -278,10 +278,10 @@ HIDDEN void rtree_write_chk(uintptr_t a, size_t n, uint32_t chk);
  * path's bounds check. Small classes (slabs) are 1..SZ_NSMALL (up to 14 KiB); larger
  * ones are page extents. Requests of 0..8 bytes get the 8-byte class (SZ_TINY_IND), as
  * in jemalloc: C17 asks no more than 8-byte alignment of them. Its regions have no second
- * word for the thread caches' double-free tag (tcache_key), so the class is never
- * thread-cached: its bin in every cache always misses (link mask all ones, c32 0), and
- * its blocks come from and go back to the arena bin, whose slab bitmap tells a double
- * free exactly (docs/design.md, "Size classes and slab geometry").
+ * word for the thread caches' double-free tag (tcache_key): its bin in every cache always
+ * misses both fast paths (link mask all ones, c32 0), malloc_tiny and free_tiny pop and
+ * push it, and a free map per slab (tiny_fmap) tells a double free exactly
+ * (docs/design.md, "Size classes and slab geometry").
  */
 typedef unsigned szind_t;
 #define SZ_NSMALL 36
@@ -291,7 +291,7 @@ typedef unsigned szind_t;
  * 3 of 4 mallocs; docs/design.md, "Hot paths"). Every class it names is a slab
  * class, which the fast path's pop (tag word cleared, nmalloc counted) requires. */
 #define SZ_LOOKUP_MAX SZ_SMALL_MAX
-#define SZ_TINY_IND 1 /* 8 bytes: requests of 0..8 bytes; uncached, untagged */
+#define SZ_TINY_IND 1 /* 8 bytes: requests of 0..8 bytes; off the fast paths, untagged */
 #define SZ_MIN_IND 2  /* 16 bytes: the smallest class a request above 8 bytes gets */
 /* Every class from SZ_MIN_IND up is a multiple of the quantum, so its regions are aligned
  * to it; the 8-byte class serves only requests of at most 8 bytes, which an alignment
