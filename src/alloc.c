@@ -427,7 +427,9 @@ static NOINLINE void *malloc_tiny(size_t size) {
   /* A thread's cache is made by its first cached allocation (ialloc): here too, or a thread
    * that only allocates 8-byte blocks would never get one (2 M mallocs and frees of 7
    * bytes: 54 instructions each with one, 292 without). */
-  if (unlikely(tsd->state == TSD_NOMINAL) && strata_ready && !tsd->reentrant) tcache_get_slow(tsd);
+  if (unlikely(tsd->state == TSD_NOMINAL) && __atomic_load_n(&strata_ready, __ATOMIC_ACQUIRE) &&
+      !tsd->reentrant)
+    tcache_get_slow(tsd);
   if (likely(tsd->state == TSD_ACTIVE && !tsd->reentrant && !tsd->in_hook)) {
     tbin_t *b = &tsd->tcache->bins[SZ_TINY_IND];
     void *p = b->head;
