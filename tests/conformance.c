@@ -1067,6 +1067,45 @@ TEST(test_requests_up_to_8_bytes_get_the_8_byte_class)
     CHECK(mallctl("arenas.bin.0.size", &bsz, &len, NULL, 0) == 0 && bsz == 8);
 }
 
+static uint64_t tiny_fills(void)
+{
+    uint64_t epoch = 1, v = 0;
+    size_t len = sizeof epoch;
+    CHECK(mallctl("epoch", &epoch, &len, &epoch, len) == 0);
+    len = sizeof v;
+    CHECK(mallctl("stats.arenas.4096.bins.0.nfills", &v, &len, NULL, 0) == 0);
+    return v;
+}
+
+static void *tiny_only_thread(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 20000; i++) {
+        void *p = malloc(check_opaque(1 + i % 8));
+        CHECK(p != NULL);
+        free(p);
+    }
+    return NULL;
+}
+
+/* A thread that only ever allocates 8-byte blocks still gets its thread cache: its 20,000
+ * mallocs take a few fills of the 8-byte bin, not one trip to the arena each. */
+TEST(test_a_thread_of_8_byte_blocks_only_is_cached)
+{
+    bool tiny = false, tcache = false;
+    size_t blen = sizeof tiny;
+    CHECK(mallctl("opt.tiny_class", &tiny, &blen, NULL, 0) == 0);
+    CHECK(mallctl("opt.tcache", &tcache, &blen, NULL, 0) == 0);
+    if (!tiny || !tcache)
+        return;
+    uint64_t before = tiny_fills();
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, tiny_only_thread, NULL) == 0);
+    pthread_join(t, NULL);
+    uint64_t fills = tiny_fills() - before;
+    CHECK(fills < 1000, "%llu fills of the 8-byte bin for 20,000 mallocs", (unsigned long long)fills);
+}
+
 TEST(test_sallocx_equals_malloc_usable_size)
 {
     for (size_t n = 1; n <= 10 * MiB; n = n * 5 / 4 + 1) {
