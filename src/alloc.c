@@ -807,6 +807,10 @@ static NOINLINE void sized_free_slow(void *p, size_t size, size_t align, bool us
     errno = saved;
     return;
   }
+  if (ind == SZ_TINY_IND && use_tcache) { /* its bin's push (sdallocx(p, 1..8, 0), sized delete) */
+    free_tiny(p, ed, func, saved);
+    return;
+  }
   if (ind <= SZ_NSMALL && unlikely(tag_is_set(p, ind))) strata_invalid_free(func, p); /* freed twice */
   idalloc(&strata_tsd, p, ed, ind, use_tcache, func);
   errno = saved;
@@ -1207,6 +1211,11 @@ static void *mallocx_impl(tsd_t *tsd, size_t size, int flags) {
     szind_t ind = usize ? sz_size2index(usize) : 0;
     return ind ? ialloc_tc(tsd, ind, FLAG_ZERO(flags), tc) : NULL;
   }
+  /* mallocx(1..8, 0) and experimental.batch_alloc's 8-byte items: malloc's own pop of the
+   * 8-byte bin (ialloc serves that class from the arena's bin, a lock per call). */
+  if (size <= 8 && opt.tiny_class && ar == NULL && tc == NULL && use_tcache && align <= 8 && !FLAG_ZERO(flags) &&
+      likely(!__atomic_load_n(&prof_on, __ATOMIC_RELAXED)))
+    return malloc_tiny(size);
   if (align > 8) return ialloc_aligned(tsd, size, align, FLAG_ZERO(flags), use_tcache, ar);
   szind_t ind = sz_size2index(size);
   return ind ? ialloc(tsd, ind, FLAG_ZERO(flags), use_tcache, ar) : NULL;
