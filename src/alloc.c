@@ -22,6 +22,7 @@
  * linked as the fast path does, or handed to the cache's flush when the bin is full. */
 static inline void tcache_push_slow(tsd_t *tsd, tcache_t *tc, szind_t ind, void *p) {
   tbin_t *b = &tc->bins[ind];
+  sassert(ind != SZ_TINY_IND); /* no tag word: free_tiny pushes that class */
   tsd->reentrant = 1;
   if (ind <= SZ_NSMALL) TAG_WORD(p) = TAG_OF(p);
   else if (unlikely(p == b->head)) strata_invalid_free("free", p); /* large: freed twice in a row */
@@ -45,6 +46,17 @@ static inline arena_t *tsd_arena(tsd_t *tsd, size_t usize) {
   if (unlikely(tsd->arena == NULL)) tsd->arena = arena_choose();
   arena_spread_check(tsd); /* uncached paths: the tally moves the thread too */
   return tsd->arena;
+}
+
+/* An 8-byte region handed to the program: its free-map bit (internal.h, tiny_fmap) goes.
+ * A bit already clear means the region was handed out twice: a free list was corrupted. */
+static inline void tiny_mark_used(void *p) {
+  edata_t *ed = rt_edata(rtree_read((uintptr_t)p));
+  uint64_t *fm = ed->slab ? tiny_fmap(ed) : NULL; /* not a sampled block's page */
+  if (fm == NULL) return;
+  uint64_t regind = ((uintptr_t)p - ed->addr) >> 3, bit = (uint64_t)1 << (regind % 64);
+  if (unlikely(!(__atomic_fetch_and(&fm[regind / 64], ~bit, __ATOMIC_RELAXED) & bit)))
+    strata_heap_corruption(p, SZ_TINY_IND);
 }
 
 static inline void alloc_fill(void *p, size_t usize, bool zero) {
@@ -131,7 +143,9 @@ static void *ialloc(tsd_t *tsd, szind_t ind, bool zero, bool use_tcache, arena_t
   if (unlikely(tsd->reentrant)) return NULL;
   tsd->reentrant = 1;
   if (unlikely(tsd->in_hook)) explicit = NULL, use_tcache = false;
-  if (likely(ind < tcache_nbins && use_tcache && explicit == NULL)) {
+  /* The 8-byte class: malloc_tiny pops its bin; here (explicit arenas and caches, threads
+   * inside strata) it comes from the arena's bin. */
+  if (likely(ind < tcache_nbins && use_tcache && explicit == NULL && ind != SZ_TINY_IND)) {
     tcache_t *tc = tsd->state == TSD_ACTIVE ? tsd->tcache : NULL;
     if (tc == NULL) {
       tsd->reentrant = 0;
@@ -169,10 +183,11 @@ done:
   /* Heap profiling: this allocation's bytes, whichever way it was served (prof.c); a
    * sampled small block is exchanged for a page of its own (ialloc_prof). */
   if (unlikely(prof_on)) p = ialloc_prof(tsd, p, ind, zero);
+  if (unlikely(ind == SZ_TINY_IND) && p != NULL) tiny_mark_used(p);
   tsd->reentrant = 0;
   if (likely(p != NULL)) {
     /* allocated: untagged (cached large classes too: free()'s fast path tags them) */
-    if (ind <= SZ_NSMALL || ind < tcache_nbins) TAG_WORD(p) = 0;
+    if ((ind <= SZ_NSMALL || ind < tcache_nbins) && ind != SZ_TINY_IND) TAG_WORD(p) = 0;
     tsd->allocated += usize;
     alloc_fill(p, usize, zero || opt.zero);
   }
@@ -229,16 +244,16 @@ static inline edata_t *lookup_owned(const void *p, szind_t *ind, const char *fun
 }
 
 static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void *p, edata_t *ed, szind_t ind,
-                                                               bool use_tcache) {
+                                                               bool use_tcache, const char *func) {
   size_t usize = sz_size[ind];
-  if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("free", p);
+  if (ind <= SZ_NSMALL && unlikely(tag_is_set(p, ind))) strata_invalid_free("free", p);
   if (unlikely(opt.junk & JUNK_FREE)) memset(p, 0x5a, usize);
   tsd->deallocated += usize;
   if (unlikely(ed->arena_id == GUARD_ARENA)) { /* a sampled guarded block (guard.c) */
     guard_free(p, ed);
     return;
   }
-  if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant && !tsd->in_hook &&
+  if (likely(ind < tcache_nbins && use_tcache && !tsd->reentrant && !tsd->in_hook && ind != SZ_TINY_IND &&
              !arena_ind_is_user(edata_arena_ind(ed)))) {
     /* A thread whose first call is a free gets its cache now, but that block goes back
      * to its arena: it was allocated elsewhere, next to other threads' blocks, and
@@ -269,9 +284,14 @@ static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void 
   if (ind <= SZ_NSMALL) {
     /* Tagged as a cached region is: a second free of it, by any thread, before a malloc
      * hands it out again finds the tag and is reported (a thread whose first call is
-     * this free, an uncached thread, a user arena's block). */
-    TAG_WORD(p) = TAG_OF(p);
-    bin_dalloc_batch(arena_of(ed), ind, &p, 1);
+     * this free, an uncached thread, a user arena's block). The 8-byte class has no tag
+     * word: its free map and slab bitmap (bin_dalloc_tiny) report a second free. */
+    if (unlikely(ind == SZ_TINY_IND)) {
+      bin_dalloc_tiny(arena_of(ed), ed, p, func);
+    } else {
+      TAG_WORD(p) = TAG_OF(p);
+      bin_dalloc_batch(arena_of(ed), ind, &p, 1);
+    }
   } else {
     arena_large_dalloc(ed);
   }
@@ -286,8 +306,9 @@ static inline __attribute__((always_inline)) void idalloc_body(tsd_t *tsd, void 
  * where prof:false's would. Reached by the frees the fast path leaves (a sampled block's
  * granule, large blocks, full bins, ...). Out of line, so that idalloc's code does not
  * change with prof:false. */
-static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
-  if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("free", p);
+static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache,
+                                  const char *func) {
+  if (ind <= SZ_NSMALL && unlikely(tag_is_set(p, ind))) strata_invalid_free("free", p);
   if (unlikely(prof_maybe_sampled(p, ed, ind)) && prof_free_sampled(tsd, p, ed)) return;
   if (unlikely(prof_want_thread)) prof_free_hook();
   if (ind <= SZ_NSMALL && !ed->slab && ed->arena_id != GUARD_ARENA) {
@@ -308,15 +329,16 @@ static NOINLINE void idalloc_prof(tsd_t *tsd, void *p, edata_t *ed, szind_t ind,
     if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
     return;
   }
-  idalloc_body(tsd, p, ed, ind, use_tcache);
+  idalloc_body(tsd, p, ed, ind, use_tcache, func);
 }
 
-static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache) {
+/* func: the program's call, for the 8-byte class's double-free report (bin_dalloc_tiny). */
+static void idalloc(tsd_t *tsd, void *p, edata_t *ed, szind_t ind, bool use_tcache, const char *func) {
   if (unlikely(prof_on)) {
-    idalloc_prof(tsd, p, ed, ind, use_tcache);
+    idalloc_prof(tsd, p, ed, ind, use_tcache, func);
     return;
   }
-  idalloc_body(tsd, p, ed, ind, use_tcache);
+  idalloc_body(tsd, p, ed, ind, use_tcache, func);
 }
 
 /* ---------------------------------------------------------------- malloc / free */
@@ -424,10 +446,47 @@ static NOINLINE void *malloc_diverted(size_t size) {
   return p;
 }
 
+/* The 8-byte class's malloc (internal.h, SZ_TINY_IND). Its thread-cache bin always misses
+ * malloc's fast path (a full link mask), whose pop would clear a second word the region does
+ * not have; here it is popped with its link checked and no tag, and the region's free-map
+ * bit cleared (tiny_mark_used). A miss fills the bin as other classes' misses do. A thread
+ * without its cache (tcache:false, junk, zero, a user arena) or inside strata goes the
+ * general way (ialloc, uncached). */
+static NOINLINE void *malloc_tiny(size_t size) {
+  tsd_t *tsd = &strata_tsd;
+  /* A thread's cache is made by its first cached allocation (ialloc): here too, or a thread
+   * that only allocates 8-byte blocks would never get one (2 M mallocs and frees of 7
+   * bytes: 54 instructions each with one, 292 without). */
+  if (unlikely(tsd->state == TSD_NOMINAL) && __atomic_load_n(&strata_ready, __ATOMIC_ACQUIRE) &&
+      !tsd->reentrant)
+    tcache_get_slow(tsd);
+  if (likely(tsd->state == TSD_ACTIVE && !tsd->reentrant && !tsd->in_hook)) {
+    tbin_t *b = &tsd->tcache->bins[SZ_TINY_IND];
+    void *p = b->head;
+    tsd->reentrant = 1; /* a signal handler's malloc meanwhile gets NULL */
+    if (likely(p != TBIN_END)) {
+      b->head = tbin_next(p, SZ_TINY_IND);
+      tbin_avail_move(b, 1);
+    } else {
+      p = tcache_alloc_hard(tsd->tcache, SZ_TINY_IND);
+    }
+    if (likely(p != NULL)) {
+      tiny_mark_used(p);
+      tsd->reentrant = 0;
+      tsd->allocated += 8;
+      if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
+      return p;
+    }
+    tsd->reentrant = 0;
+  }
+  return malloc_general(size);
+}
+
 static NOINLINE void *malloc_slow(size_t size) {
   if (size <= SZ_LOOKUP_MAX) {
     /* Atomic: a thread can get here before strata_init (prof_boot) has finished. */
     if (unlikely(__atomic_load_n(&malloc_divert, __ATOMIC_RELAXED))) return malloc_diverted(size);
+    if (size <= 8 && opt.tiny_class) return malloc_tiny(size);
   } else if (likely(strata_tsd.state == TSD_ACTIVE) && !strata_tsd.reentrant) {
     /* Cached classes above the lookup table (14-32 KiB): a hit pops the bin here, without
      * ialloc's general path (wl_xthread's 16 KiB blocks; about 110 instructions there). A
@@ -549,7 +608,7 @@ static NOINLINE void free_slow_large(void *p, edata_t *ed, szind_t ind, bool use
       return;
     }
   }
-  idalloc(tsd, p, ed, ind, use_tcache);
+  idalloc(tsd, p, ed, ind, use_tcache, "free");
   errno = saved;
 }
 
@@ -628,6 +687,44 @@ int prof_entry_patch(void) {
 #endif
 }
 
+/* free_slow for the 8-byte class, which free()'s fast path always refuses (its bin's c32
+ * is 0: the push would tag a second word the region does not have). The region's free-map
+ * bit is set, atomically: set already, it is a second free, reported by any thread wherever
+ * the first copy waits (internal.h, tiny_fmap); then it is pushed onto the thread's bin,
+ * linked through its first word alone, or handed to the bin's flush when full. Without a
+ * cache (or for a user arena's block) it goes back to its slab (bin_dalloc_tiny). Sampled,
+ * junk-filled and hooked frees, and one from a signal handler inside strata, go through
+ * idalloc. */
+static NOINLINE void free_tiny(void *p, edata_t *ed, const char *func, int saved) {
+  tsd_t *tsd = &strata_tsd;
+  if (likely(ed->slab && !tsd->reentrant && !__atomic_load_n(&prof_on, __ATOMIC_RELAXED) &&
+             !(opt.junk & JUNK_FREE) && !hooks_on())) {
+    tsd->reentrant = 1;
+    tsd->deallocated += 8;
+    uint64_t *fm = tiny_fmap(ed);
+    if (likely(fm != NULL && tsd->state == TSD_ACTIVE && !tsd->in_hook)) {
+      uint64_t regind = ((uintptr_t)p - ed->addr) >> 3, bit = (uint64_t)1 << (regind % 64);
+      if (unlikely(__atomic_fetch_or(&fm[regind / 64], bit, __ATOMIC_RELAXED) & bit))
+        strata_invalid_free(func, p);
+      tbin_t *b = &tsd->tcache->bins[SZ_TINY_IND];
+      if (likely(b->avail != 0)) {
+        LINK_SET(p, b->head);
+        b->head = p;
+        tbin_avail_move(b, -1);
+      } else {
+        tcache_dalloc_hard(tsd->tcache, SZ_TINY_IND, p);
+      }
+    } else {
+      bin_dalloc_tiny(arena_of(ed), ed, p, func);
+    }
+    tsd->reentrant = 0;
+    if (unlikely(__atomic_load_n(&bg_create_pending, __ATOMIC_RELAXED))) bg_create_wanted();
+  } else {
+    idalloc(tsd, p, ed, SZ_TINY_IND, true, func);
+  }
+  errno = saved;
+}
+
 /* func: the call the program made, for the report ("free", "dallocx"). */
 static NOINLINE void free_slow(void *p, bool use_tcache, const char *func) {
   if (p == NULL) return;
@@ -638,8 +735,12 @@ static NOINLINE void free_slow(void *p, bool use_tcache, const char *func) {
     free_slow_large(p, ed, ind, use_tcache, saved);
     return;
   }
+  if (ind == SZ_TINY_IND) {
+    free_tiny(p, ed, func, saved);
+    return;
+  }
   if (unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free(func, p); /* freed twice */
-  idalloc(&strata_tsd, p, ed, ind, use_tcache);
+  idalloc(&strata_tsd, p, ed, ind, use_tcache, func);
   errno = saved;
 }
 
@@ -736,8 +837,12 @@ static NOINLINE void sized_free_slow(void *p, size_t size, size_t align, bool us
     errno = saved;
     return;
   }
-  if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free(func, p); /* freed twice */
-  idalloc(&strata_tsd, p, ed, ind, use_tcache);
+  if (ind == SZ_TINY_IND && use_tcache) { /* its bin's push (sdallocx(p, 1..8, 0), sized delete) */
+    free_tiny(p, ed, func, saved);
+    return;
+  }
+  if (ind <= SZ_NSMALL && unlikely(tag_is_set(p, ind))) strata_invalid_free(func, p); /* freed twice */
+  idalloc(&strata_tsd, p, ed, ind, use_tcache, func);
   errno = saved;
 }
 
@@ -794,8 +899,14 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
   edata_t *ed = lookup_owned(p, &old_ind, func);
   /* Freed already (a small block with its tag; a large one in this thread's cache): reported
    * as this call's misuse. */
-  if (unlikely(TAG_WORD(p) == TAG_OF(p)) && (old_ind <= SZ_NSMALL || tcache_holds_large(tsd, old_ind, p)))
+  if (unlikely(tag_is_set(p, old_ind)) && (old_ind <= SZ_NSMALL || tcache_holds_large(tsd, old_ind, p)))
     strata_invalid_free(func, p);
+  if (unlikely(old_ind == SZ_TINY_IND) && ed->slab) { /* the 8-byte class: its free map or bitmap says */
+    uint64_t *fm = tiny_fmap(ed), regind = ((uintptr_t)p - ed->addr) >> 3;
+    if (fm ? (__atomic_load_n(&fm[regind / 64], __ATOMIC_RELAXED) >> (regind % 64) & 1)
+           : bin_region_free(arena_of(ed), old_ind, ed, p))
+      strata_invalid_free(func, p);
+  }
   size_t old_usize = sz_size[old_ind];
   size_t usize = align ? sz_sa2u(size, align) : (sz_size2index(size) ? sz_size[sz_size2index(size)] : 0);
   if (usize == 0) return NULL;
@@ -831,7 +942,7 @@ static void *irealloc(tsd_t *tsd, void *p, size_t size, size_t align, bool zero,
                       : ialloc(tsd, sz_size2index(usize), zero, use_tcache, explicit);
   if (q == NULL) return NULL;
   memcpy(q, p, old_usize < size ? old_usize : size);
-  idalloc(tsd, p, ed, old_ind, use_tcache);
+  idalloc(tsd, p, ed, old_ind, use_tcache, func);
   return q;
 }
 
@@ -1047,7 +1158,8 @@ static tcache_t *flag_tcache(int flags, const char *func) {
 
 /* Allocation from an explicit cache (classes it holds; anything else goes uncached). */
 static void *ialloc_tc(tsd_t *tsd, szind_t ind, bool zero, tcache_t *tc) {
-  if (ind >= tcache_nbins || tsd->reentrant || tsd->in_hook) return ialloc(tsd, ind, zero, false, NULL);
+  if (ind >= tcache_nbins || ind == SZ_TINY_IND || tsd->reentrant || tsd->in_hook)
+    return ialloc(tsd, ind, zero, false, NULL);
   size_t usize = sz_size[ind];
   tsd->reentrant = 1;
   tbin_t *b = &tc->bins[ind];
@@ -1071,8 +1183,9 @@ static void *ialloc_tc(tsd_t *tsd, szind_t ind, bool zero, tcache_t *tc) {
 static void idalloc_tc(tsd_t *tsd, void *p, tcache_t *tc) {
   szind_t ind;
   edata_t *ed = lookup_owned(p, &ind, "dallocx");
-  if (ind >= tcache_nbins || tsd->reentrant || tsd->in_hook || arena_ind_is_user(edata_arena_ind(ed))) {
-    idalloc(tsd, p, ed, ind, false);
+  if (ind >= tcache_nbins || ind == SZ_TINY_IND || tsd->reentrant || tsd->in_hook ||
+      arena_ind_is_user(edata_arena_ind(ed))) {
+    idalloc(tsd, p, ed, ind, false, "dallocx");
     return;
   }
   if (ind <= SZ_NSMALL && unlikely(TAG_WORD(p) == TAG_OF(p))) strata_invalid_free("dallocx", p);
@@ -1094,7 +1207,9 @@ static void *mallocx_impl(tsd_t *tsd, size_t size, int flags) {
   bool use_tcache = FLAG_TCACHE(flags) != 1;
   /* (prof:true: ialloc, which counts the bytes; the reserve is never made, so
    * strata_mallocx's reserve path never serves either.) */
-  if (ar != NULL && ar->user && align <= 8 && likely(size <= UR_SIZE_MAX) && !tsd->in_hook &&
+  /* Not the 8-byte class: a reserved region is free to the program, which only a tag
+   * tells a second free of; that class has none, so its blocks come from the bin. */
+  if (ar != NULL && ar->user && align <= 8 && likely(size <= UR_SIZE_MAX) && size > 8 && !tsd->in_hook &&
       !tsd->reentrant && likely(!prof_on)) {
     /* A user arena's small classes: the thread's reserve, checked against the arena's
      * generation, so a reset or destroy never lets a stale region out. */
@@ -1126,6 +1241,11 @@ static void *mallocx_impl(tsd_t *tsd, size_t size, int flags) {
     szind_t ind = usize ? sz_size2index(usize) : 0;
     return ind ? ialloc_tc(tsd, ind, FLAG_ZERO(flags), tc) : NULL;
   }
+  /* mallocx(1..8, 0) and experimental.batch_alloc's 8-byte items: malloc's own pop of the
+   * 8-byte bin (ialloc serves that class from the arena's bin, a lock per call). */
+  if (size <= 8 && opt.tiny_class && ar == NULL && tc == NULL && use_tcache && align <= 8 && !FLAG_ZERO(flags) &&
+      likely(!__atomic_load_n(&prof_on, __ATOMIC_RELAXED)))
+    return malloc_tiny(size);
   if (align > 8) return ialloc_aligned(tsd, size, align, FLAG_ZERO(flags), use_tcache, ar);
   szind_t ind = sz_size2index(size);
   return ind ? ialloc(tsd, ind, FLAG_ZERO(flags), use_tcache, ar) : NULL;

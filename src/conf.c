@@ -19,6 +19,7 @@ opt_t opt = {
     .oversize_threshold = (size_t)8 << 20,
     .retain = true,
     .arena_spread = false, /* off: a thread per arena up to narenas, as jemalloc (docs/design.md, "Arenas") */
+    .tiny_class = true,    /* requests of 0..8 bytes get 8-byte blocks, as jemalloc's */
     .junk = JUNK_NONE,
     .zero = false,
     .abort = false,
@@ -79,7 +80,8 @@ unsigned conf_program_strings(const char *str[2], const char *name[2]) {
 /* strata's own options and the jemalloc options it implements: the names an unknown
  * key is compared with for a suggestion (the whole list: docs/jemalloc-compat.md). */
 static const char *const known_keys[] = {
-    "narenas", "tcache", "tcache_max", "oversize_threshold", "retain", "arena_spread", "junk", "zero", "abort",
+    "narenas", "tcache", "tcache_max", "oversize_threshold", "retain", "arena_spread", "tiny_class", "junk",
+    "zero", "abort",
     "abort_conf", "confirm_conf", "dirty_decay_ms", "muzzy_decay_ms", "background_thread",
     "max_background_threads", "thp", "metadata_thp", "limit_headroom", "stats_print", "stats_print_opts",
     "stats_file", "stats_labels", "stats_interval_ms", "stats_metrics_detail", "guard_sample_interval", "commit_limit",
@@ -676,6 +678,7 @@ int conf_parse(opt_t *o, const char *s, const char *source) {
       bool *dst = key_is(k, klen, "tcache")         ? &o->tcache
                   : key_is(k, klen, "retain")       ? &o->retain
                   : key_is(k, klen, "arena_spread") ? &o->arena_spread
+                  : key_is(k, klen, "tiny_class")   ? &o->tiny_class
                   : key_is(k, klen, "zero")         ? &o->zero
                   : key_is(k, klen, "abort")        ? &o->abort
                   : key_is(k, klen, "abort_conf")   ? &o->abort_conf
@@ -754,6 +757,7 @@ void conf_print(const opt_t *o) {
                          ",oversize_threshold:", fmt_u64(c, o->oversize_threshold),
                          ",retain:", o->retain ? "true" : "false",
                          ",arena_spread:", o->arena_spread ? "true" : "false",
+                         ",tiny_class:", o->tiny_class ? "true" : "false",
                          ",junk:", junk,
                          ",zero:", o->zero ? "true" : "false",
                          ",abort:", o->abort ? "true" : "false",

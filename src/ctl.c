@@ -677,6 +677,7 @@ static const ctl_node_t n_opt[] = {
     LEAF_C("confirm_conf", CT_BOOL, &opt.confirm_conf, "print the options at start"),
     LEAF_C("retain", CT_BOOL, &opt.retain, "keep address space of purged extents"),
     LEAF_C("arena_spread", CT_BOOL, &opt.arena_spread, "threads share arenas until lock contention opens more (strata)"),
+    LEAF_C("tiny_class", CT_BOOL, &opt.tiny_class, "requests of 0..8 bytes get 8-byte blocks (strata)"),
     LEAF_C("dss", CT_STR, &str_disabled, "sbrk precedence: strata never uses sbrk"),
     LEAF_C("narenas", CT_UNSIGNED, &narenas, "ordinary arenas"),
     LEAF_C("percpu_arena", CT_STR, &str_disabled, "per-CPU arenas: not used"),

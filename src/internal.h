@@ -286,9 +286,12 @@ HIDDEN void rtree_write_chk(uintptr_t a, size_t n, uint32_t chk);
  * jemalloc's spacing: 8, 16, 32, 48, ..., 128, then four classes per doubling.
  * Index 0 means "no class" so that an empty rtree entry can never pass the free fast
  * path's bounds check. Small classes (slabs) are 1..SZ_NSMALL (up to 14 KiB); larger
- * ones are page extents. The 8-byte class (index 1) is kept in the tables but never
- * chosen: the smallest block is 16 bytes, so that every free region holds the cache's
- * link and its double-free tag (see tcache_key).
+ * ones are page extents. Requests of 0..8 bytes get the 8-byte class (SZ_TINY_IND), as
+ * in jemalloc: C17 asks no more than 8-byte alignment of them. Its regions have no second
+ * word for the thread caches' double-free tag (tcache_key): its bin in every cache always
+ * misses both fast paths (link mask all ones, c32 0), malloc_tiny and free_tiny pop and
+ * push it, and a free map per slab (tiny_fmap) tells a double free exactly
+ * (docs/design.md, "Size classes and slab geometry").
  */
 typedef unsigned szind_t;
 #define SZ_NSMALL 36
@@ -298,9 +301,11 @@ typedef unsigned szind_t;
  * 3 of 4 mallocs; docs/design.md, "Hot paths"). Every class it names is a slab
  * class, which the fast path's pop (tag word cleared, nmalloc counted) requires. */
 #define SZ_LOOKUP_MAX SZ_SMALL_MAX
-#define SZ_MIN_IND 2 /* 16 bytes */
-/* Every class chosen (SZ_MIN_IND up) is a multiple of the quantum, so its regions are
- * aligned to it: an aligned request up to the quantum is a plain one (aligned_common). */
+#define SZ_TINY_IND 1 /* 8 bytes: requests of 0..8 bytes; off the fast paths, untagged */
+#define SZ_MIN_IND 2  /* 16 bytes: the smallest class a request above 8 bytes gets */
+/* Every class from SZ_MIN_IND up is a multiple of the quantum, so its regions are aligned
+ * to it; the 8-byte class serves only requests of at most 8 bytes, which an alignment
+ * of 16 rounds up to 16 first (quantum_aligned, sz_sa2u). */
 #define SZ_QUANTUM ((size_t)16)
 #define SZ_NCLASSES 229 /* index of 2^62, the largest class */
 #define SZ_MAX ((size_t)1 << 62)
@@ -532,6 +537,13 @@ HIDDEN void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, u
  * arena a's class ind over to that bin, in O(1) unless the bin holds too many already. */
 HIDDEN void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n);
 HIDDEN void bin_release_spare(arena_t *a, szind_t ind);
+/* The 8-byte class's free: region p of slab s (arena a) back to its bitmap alone, without
+ * bin_dalloc_batch's chain walk. Reports (as func) a pointer that is no region start or a
+ * region already free in the bitmap. */
+HIDDEN void bin_dalloc_tiny(arena_t *a, edata_t *s, void *p, const char *func);
+/* Whether region p of slab s (arena a, class ind) is free in its slab's bitmap (bin lock
+ * taken inside): the 8-byte class's double-free test outside a free (realloc). */
+HIDDEN bool bin_region_free(arena_t *a, szind_t ind, const edata_t *s, const void *p);
 HIDDEN void slab_boot(void);                          /* the bitmap pools */
 HIDDEN void bitmap_free(arena_t *a, szind_t ind, uint64_t *bm); /* a slab's bitmap back to a's pool */
 HIDDEN unsigned slab_bitmap_pool(szind_t ind);        /* the meta pool of class ind's bitmaps */
@@ -782,6 +794,12 @@ HIDDEN extern tcache_t tcache_empty;
 HIDDEN extern uintptr_t tcache_key;
 #define TAG_WORD(p) (((uintptr_t *)(p))[1])
 #define TAG_OF(p) (tcache_key ^ (uintptr_t)(p))
+/* Whether block p of class ind carries its free tag: never for the 8-byte class, whose
+ * second word is its neighbour's (nothing reads or writes it); its double frees are the
+ * slab bitmap's to tell (bin_dalloc_tiny, bin_region_free). */
+static inline bool tag_is_set(const void *p, unsigned ind) {
+  return ind != SZ_TINY_IND && TAG_WORD(p) == TAG_OF(p);
+}
 HIDDEN extern unsigned tcache_nbins; /* classes cached: 1..tcache_nbins-1 */
 /* The classes malloc_slow pops above the lookup table: below tcache_nbins; none with
  * prof:true (ialloc counts those allocations' bytes). */
@@ -882,6 +900,7 @@ typedef struct {
   size_t oversize_threshold;
   bool retain;
   bool arena_spread;         /* threads share arenas until lock contention opens more */
+  bool tiny_class;           /* requests of 0..8 bytes get the 8-byte class (else 16 bytes) */
   unsigned junk;             /* JUNK_* bits */
   bool zero;
   bool abort;
@@ -1042,6 +1061,16 @@ HIDDEN bool ehooks_merge(arena_t *a, extent_hooks_t *h, void *addr_a, size_t siz
 #define ARENAS_MAX 4096
 HIDDEN extern unsigned narenas_total; /* atomic: 1 + the highest index ever used */
 #define arena_ind_is_user(i) ((i) > narenas)
+/* The 8-byte class's free map: for each slab of an ordinary arena, a bitmap (slab.c makes
+ * it with the slab, in a block of the slab bitmaps' pool) whose bit is set while the region
+ * is free to the program, wherever it waits (its slab's bitmap, a thread cache, a remote
+ * chain). Every free sets its bit atomically, and finding it set is a double free, by any
+ * thread, exact; every hand-out to the program clears it. Fills and flushes leave it alone.
+ * Held in the slab's lru_prev, which only user arenas' active extents use (none of theirs
+ * has a map). */
+static inline uint64_t *tiny_fmap(const edata_t *s) {
+  return arena_ind_is_user(edata_arena_ind(s)) ? NULL : (uint64_t *)(void *)s->lru_prev;
+}
 /* mallctl names of arenas_user.c and tcache.c: ENOENT if none matches. */
 /* mallctl handlers (rows of ctl.c's table) */
 /* arenas.create's work: hp NULL for no hooks (experimental.arenas_create_ext calls it too). */

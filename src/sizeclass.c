@@ -43,6 +43,7 @@ szind_t sz_size2index_compute(size_t size) {
   /* The thread caches' large classes (14-32 KiB) by the 1 KiB table: the computation below
    * took ~28 instructions on every miss of their bins (wl_xthread). */
   if (size > SZ_LOOKUP_MAX && size <= SZ_LOOKUP_K_MAX) return sz_lookup_k[(size - 1) >> 10];
+  if (size <= 8 && opt.tiny_class) return SZ_TINY_IND;
   if (size <= 16) return SZ_MIN_IND;
   if (size <= 128) return (szind_t)((size + 15) >> 4) + 1;
   if (size > SZ_MAX) return 0;
@@ -107,7 +108,7 @@ void sz_init(void) {
   for (szind_t i = 1; i <= SZ_NCLASSES; i++) sz_size[i] = class_size(i);
   /* The tables by walking the classes and buckets once (the smallest class that holds s;
    * the buckets around n pages), not a computation per entry: startup is every program's. */
-  szind_t c = SZ_MIN_IND;
+  szind_t c = opt.tiny_class ? SZ_TINY_IND : SZ_MIN_IND; /* sizes 0..8 */
   for (size_t s = 0; s <= SZ_LOOKUP_MAX; s += 8) {
     while (sz_size[c] < s) c++;
     __atomic_store_n(&sz_lookup[s >> 3], (uint8_t)c, __ATOMIC_RELAXED);

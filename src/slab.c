@@ -127,6 +127,12 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   bin->bm_spare = NULL;
   if (bmp == NULL && arena_meta_get(a, bitmap_pool(ind), &bmp, 1) == 0) return NULL;
   uint64_t *bm = bmp;
+  /* The 8-byte class's free map (internal.h, tiny_fmap): ordinary arenas' slabs. */
+  void *fmp = NULL;
+  if (ind == SZ_TINY_IND && !a->user && arena_meta_get(a, bitmap_pool(ind), &fmp, 1) == 0) {
+    bitmap_free(a, ind, bm);
+    return NULL;
+  }
   bool hooked = arena_hooks(a) != NULL;
   uint64_t gen = __atomic_load_n(&a->gen, __ATOMIC_ACQUIRE);
   size_t ssize = slab_size_for(a, bin, bi, cfrees); /* reads the growth run: bin lock held */
@@ -137,6 +143,7 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
     s->slab = 1;
     s->szind = (uint16_t)ind;
     s->bitmap = bm; /* before the elock goes: a reset may find the slab */
+    if (fmp != NULL) s->lru_prev = fmp;
     /* class 0: free() of a user arena's block skips the caches */
     extent_register(s, a->user ? 0 : ind, true);
   }
@@ -146,6 +153,7 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
     if (s != NULL && __atomic_load_n(&a->gen, __ATOMIC_ACQUIRE) != gen) return NULL; /* reset took s, bm */
   }
   if (s == NULL) {
+    if (fmp != NULL) bitmap_free(a, ind, fmp);
     if (bin->bm_spare == NULL) {
       bin->bm_spare = bm;
     } else {
@@ -155,6 +163,7 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
   }
   uint32_t nregs = slab_nregs(s, bi);
   bitmap_init(bm, bi, nregs);
+  if (fmp != NULL) bitmap_init(fmp, bi, nregs); /* every region free; published by the bin lock */
   s->nfree = (uint16_t)nregs;
   s->bm_hint = 0;
   if (bin->grow_run == 0 || bin->ndalloc != bin->grow_mark || cfrees != bin->grow_cmark) {
@@ -173,6 +182,10 @@ static edata_t *slab_new(arena_t *a, bin_t *bin, szind_t ind) {
 
 /* bin lock held. */
 static void slab_release(arena_t *a, bin_t *bin, edata_t *s) {
+  if (s->szind == SZ_TINY_IND && !a->user && s->lru_prev != NULL) { /* its free map */
+    bitmap_free(a, SZ_TINY_IND, (uint64_t *)(void *)s->lru_prev);
+    s->lru_prev = NULL;
+  }
   if (bin->bm_spare == NULL) {
     bin->bm_spare = s->bitmap;
   } else {
@@ -585,6 +598,49 @@ void bin_release_spare(arena_t *a, szind_t ind) {
   }
   mtx_unlock(&bin->lock);
   arena_maybe_purge(a);
+}
+
+void bin_dalloc_tiny(arena_t *a, edata_t *s, void *p, const char *func) {
+  const szind_t ind = SZ_TINY_IND;
+  const bin_info_t *bi = &bin_info[ind];
+  bin_t *bin = &a->bins[ind];
+  uint64_t diff = (uintptr_t)p - s->addr, regind = (diff * bi->div_magic) >> 32;
+  uint64_t bit = (uint64_t)1 << (regind % 64);
+  uint64_t *fm = a->user ? NULL : (uint64_t *)(void *)s->lru_prev;
+  if (fm != NULL && (__atomic_fetch_or(&fm[regind / 64], bit, __ATOMIC_RELAXED) & bit))
+    strata_invalid_free(func, p); /* free to the program already: a cache, a chain or here */
+  arena_tally(mtx_lock(&bin->lock));
+  uint64_t *bm = s->bitmap;
+  if (bm == NULL && (bm = slab_bitmap_regain(a, bin, ind, s)) == NULL) {
+    bin_keep_run(bin, ind, p, 1); /* no memory for the bitmap: as bin_dalloc_runs_locked */
+  } else {
+    if (unlikely(regind * bi->size != diff || diff > slab_last(s, bi->size) || (bm[regind / 64] & bit))) {
+      mtx_unlock(&bin->lock);
+      strata_invalid_free(func, p);
+    }
+    bm[regind / 64] |= bit;
+    uint32_t before = s->nfree;
+    s->nfree++;
+    /* The first word that may hold a free bit: a 64 KiB slab of 8-byte regions has 128,
+     * which a reset to 0 would make the next fill scan. */
+    if (regind / 64 < s->bm_hint) s->bm_hint = (uint16_t)(regind / 64);
+    slab_note_free(a, bin, bi, s, before);
+    bin->curregs--;
+    bin->ndalloc++;
+    bin->nflushes++;
+  }
+  mtx_unlock(&bin->lock);
+  arena_maybe_purge(a); /* a slab released to the extents may have made a purge due */
+}
+
+bool bin_region_free(arena_t *a, szind_t ind, const edata_t *s, const void *p) {
+  bin_t *bin = &a->bins[ind];
+  uint64_t regind = (((uintptr_t)p - s->addr) * bin_info[ind].div_magic) >> 32;
+  arena_tally(mtx_lock(&bin->lock));
+  /* A full slab has dropped its bitmap (slab_bitmap_drop): none of its regions is free. */
+  bool free = s->bitmap != NULL && (s->bitmap[regind / 64] >> (regind % 64) & 1);
+  mtx_unlock(&bin->lock);
+  return free;
 }
 
 void bin_return_chain(arena_t *a, szind_t ind, void *head, uint64_t gen) {

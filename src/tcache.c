@@ -117,6 +117,10 @@ void tcache_boot(void) {
     tbin_fill_lean[i] = (uint16_t)(lean < 1 ? 1 : lean < tbin_fill_init[i] ? lean : tbin_fill_init[i]);
     tbin_c32[i] = i <= SZ_NSMALL ? (uint32_t)bin_info[i].div_magic : (uint32_t)1 << 20;
   }
+  /* The 8-byte class: c32 0 (and a full link mask, tcache_reset_bins), so that malloc's and
+   * free's fast paths, which clear or write a second word, always miss it; malloc_tiny and
+   * free_tiny pop and push it (alloc.c). */
+  tbin_c32[SZ_TINY_IND] = 0;
   tcache_crowd_nlive = CROWD_PER_CPU * os_ncpus;
   tcache_crowd_nbins = (szind_t)sz_size2index(CROWD_MAX) + 1;
   if (tcache_crowd_nbins > tcache_nbins) tcache_crowd_nbins = tcache_nbins;
@@ -134,7 +138,7 @@ static void tcache_reset_bins(tcache_t *tc) {
     tc->keep[i] = (uint16_t)(tbin_nslots[i] >> tbin_flush_div[i]);
     tbin_avail_set(&tc->bins[i], tbin_nslots[i]);
     tc->bins[i].c32 = tbin_c32[i];
-    tc->bins[i].link_mask = sz_link_mask[i];
+    if (i != SZ_TINY_IND) tc->bins[i].link_mask = sz_link_mask[i]; /* 8 bytes: always misses */
     tc->fill[i] = tbin_fill_init[i];
   }
   tc->gc_every = GC_INTERVAL;
@@ -506,7 +510,7 @@ void *tcache_alloc_hard(tcache_t *tc, szind_t ind) {
     if (unlikely(want == 0)) return tcache_alloc_closed(tc, ind); /* closed (tcache_crowd) */
     if (unlikely(over)) want = 1;
     sassert(b->head == TBIN_END && b->avail == tc->max[ind] && want >= 1);
-    if (unlikely(guard_enabled) && (p = guard_fill_hook(ind, &want)) != NULL) return p;
+    if (unlikely(guard_enabled) && ind != SZ_TINY_IND && (p = guard_fill_hook(ind, &want)) != NULL) return p;
     unsigned got = bin_fill_list_upto(tc->arena, ind, &p, want, unlikely(over) ? 1 : tc->max[ind], TBIN_END);
     if (got == 0) return NULL;
     if (unlikely(want < tbin_fill_max[ind]) && !over)

@@ -975,6 +975,137 @@ TEST(test_xallocx_resizes_in_place_only)
     dallocx(b, 0);
 }
 
+/* Requests of 0..8 bytes get jemalloc's 8-byte class, 8-byte aligned (C17 asks no more of
+ * them); anything above 8 bytes, or aligned to 16, stays 16-byte aligned. The 8-byte
+ * regions are packed: every byte of a block is the program's, and no free or malloc writes
+ * past it into the neighbour (no free tag in a second word). */
+TEST(test_requests_up_to_8_bytes_get_the_8_byte_class)
+{
+    bool tiny = false;
+    size_t blen = sizeof tiny;
+    CHECK(mallctl("opt.tiny_class", &tiny, &blen, NULL, 0) == 0);
+    if (!tiny) { /* ctest runs this test again with MALLOC_CONF=tiny_class:false */
+        for (size_t n = 0; n <= 16; n++) {
+            CHECK_EQ(nallocx(n ? n : 1, 0), 16);
+            void *p = malloc(check_opaque(n));
+            CHECK(p != NULL && ((uintptr_t)p & 15) == 0 && malloc_usable_size(p) == 16);
+            free(p);
+        }
+        return;
+    }
+    for (size_t n = 0; n <= 8; n++) {
+        CHECK_EQ(nallocx(n ? n : 1, 0), 8);
+        void *p = malloc(check_opaque(n));
+        CHECK(p != NULL && ((uintptr_t)p & 7) == 0, "malloc(%zu) = %p", n, p);
+        CHECK_EQ(malloc_usable_size(p), 8);
+        CHECK_EQ(sallocx(p, 0), 8);
+        CHECK_EQ(xallocx(p, 1, 0, 0), 8); /* jemalloc's integration test xallocx */
+        free(p);
+        p = calloc(1, n);
+        CHECK(p != NULL && malloc_usable_size(p) == 8);
+        for (size_t i = 0; i < n; i++)
+            CHECK_EQ(((unsigned char *)p)[i], 0);
+        free(p);
+        p = mallocx(n ? n : 1, 0);
+        CHECK_EQ(sallocx(p, 0), 8);
+        sdallocx(p, n ? n : 1, 0);
+        /* An alignment of 16 never gets an 8-byte region, on any path. */
+        void *q = NULL;
+        CHECK(posix_memalign(&q, 16, n) == 0 && ((uintptr_t)q & 15) == 0 && malloc_usable_size(q) == 16);
+        free(q);
+        q = aligned_alloc(16, n);
+        CHECK(q != NULL && ((uintptr_t)q & 15) == 0 && malloc_usable_size(q) == 16);
+        free(q);
+        q = memalign(16, n);
+        CHECK(q != NULL && ((uintptr_t)q & 15) == 0 && malloc_usable_size(q) == 16);
+        free(q);
+        q = mallocx(n ? n : 1, MALLOCX_LG_ALIGN(4));
+        CHECK(q != NULL && ((uintptr_t)q & 15) == 0 && sallocx(q, 0) == 16);
+        CHECK_EQ(nallocx(n ? n : 1, MALLOCX_LG_ALIGN(4)), 16);
+        dallocx(q, 0);
+        /* ... while an alignment of 8 or less keeps the 8-byte class. */
+        CHECK(posix_memalign(&q, 8, n) == 0 && ((uintptr_t)q & 7) == 0 && malloc_usable_size(q) == 8);
+        free(q);
+    }
+    for (size_t n = 9; n <= 16; n++) {
+        void *p = malloc(check_opaque(n));
+        CHECK(((uintptr_t)p & 15) == 0 && malloc_usable_size(p) == 16, "malloc(%zu) = %p", n, p);
+        free(p);
+    }
+    /* realloc within the class stays in place; past it moves to 16 bytes, contents kept. */
+    char *p = malloc(3);
+    memcpy(p, "abcdefg", 8);
+    CHECK(realloc(p, 8) == p);
+    char *q = realloc(p, 9);
+    CHECK(q != NULL && malloc_usable_size(q) == 16 && memcmp(q, "abcdefg", 8) == 0);
+    q = realloc(q, 2);
+    CHECK(q != NULL && malloc_usable_size(q) == 8 && memcmp(q, "ab", 2) == 0);
+    free(q);
+    /* Packed neighbours, every byte written, half freed and reallocated: none changes. */
+    enum { N = 4096 };
+    static uint64_t *blk[N];
+    for (size_t i = 0; i < N; i++) {
+        blk[i] = malloc(8);
+        *blk[i] = i * 0x9E3779B97F4A7C15ull;
+    }
+    size_t adjacent = 0;
+    for (size_t i = 1; i < N; i++)
+        adjacent += blk[i] == blk[i - 1] + 1;
+    CHECK(adjacent > N / 2, "8-byte blocks are not packed: %zu of %d adjacent", adjacent, N);
+    for (size_t i = 0; i < N; i += 2)
+        free(blk[i]);
+    for (size_t i = 0; i < N; i += 2) {
+        blk[i] = malloc(8);
+        *blk[i] = i * 0x9E3779B97F4A7C15ull;
+    }
+    for (size_t i = 0; i < N; i++)
+        CHECK_EQ(*blk[i], i * 0x9E3779B97F4A7C15ull);
+    for (size_t i = 0; i < N; i++)
+        free(blk[i]);
+    /* jemalloc's bin 0 is the 8-byte class. */
+    size_t bsz = 0, len = sizeof bsz;
+    CHECK(mallctl("arenas.bin.0.size", &bsz, &len, NULL, 0) == 0 && bsz == 8);
+}
+
+static uint64_t tiny_fills(void)
+{
+    uint64_t epoch = 1, v = 0;
+    size_t len = sizeof epoch;
+    CHECK(mallctl("epoch", &epoch, &len, &epoch, len) == 0);
+    len = sizeof v;
+    CHECK(mallctl("stats.arenas.4096.bins.0.nfills", &v, &len, NULL, 0) == 0);
+    return v;
+}
+
+static void *tiny_only_thread(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 20000; i++) {
+        void *p = malloc(check_opaque(1 + i % 8));
+        CHECK(p != NULL);
+        free(p);
+    }
+    return NULL;
+}
+
+/* A thread that only ever allocates 8-byte blocks still gets its thread cache: its 20,000
+ * mallocs take a few fills of the 8-byte bin, not one trip to the arena each. */
+TEST(test_a_thread_of_8_byte_blocks_only_is_cached)
+{
+    bool tiny = false, tcache = false;
+    size_t blen = sizeof tiny;
+    CHECK(mallctl("opt.tiny_class", &tiny, &blen, NULL, 0) == 0);
+    CHECK(mallctl("opt.tcache", &tcache, &blen, NULL, 0) == 0);
+    if (!tiny || !tcache)
+        return;
+    uint64_t before = tiny_fills();
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, tiny_only_thread, NULL) == 0);
+    pthread_join(t, NULL);
+    uint64_t fills = tiny_fills() - before;
+    CHECK(fills < 1000, "%llu fills of the 8-byte bin for 20,000 mallocs", (unsigned long long)fills);
+}
+
 TEST(test_sallocx_equals_malloc_usable_size)
 {
     for (size_t n = 1; n <= 10 * MiB; n = n * 5 / 4 + 1) {

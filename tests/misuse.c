@@ -148,7 +148,8 @@ TEST(test_interior_free_is_reported_on_every_path)
 {
     /* The issue's cases: 12000 B (a 12 KiB slab class) + 4096, 48 + 16, and a cached
      * large block (20 KiB) + 4096 and a page extent (100 KiB) + 4096; every path. */
-    static const size_t cases[][2] = {{12000, 4096}, {48, 16}, {20 * KiB, 4096}, {100 * KiB, 4096}, {3072, 1024}};
+    static const size_t cases[][2] = {{12000, 4096}, {48, 16},  {20 * KiB, 4096}, {100 * KiB, 4096},
+                                      {3072, 1024},  {8, 4},   {8, 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int via = 0; via < VIA_N; via++)
             check_interior(cases[i][0], cases[i][1], via);
@@ -219,7 +220,7 @@ TEST(test_double_free_across_threads_is_reported_with_the_first_freer_alive_or_e
 {
     /* (Not the cached large classes, 16-32 KiB: a large block's tag may be stale, so the
      * second free is reported only when the block is in the freeing thread's own cache.) */
-    static const size_t sizes[] = {64, 2048, 12 * KiB, 1 << 20, 16 << 20};
+    static const size_t sizes[] = {8, 64, 2048, 12 * KiB, 1 << 20, 16 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         for (int alive = 0; alive < 2; alive++)
             for (int warm = 0; warm < 2; warm++) {
@@ -234,6 +235,77 @@ TEST(test_double_free_across_threads_is_reported_with_the_first_freer_alive_or_e
                       r.err);
                 expect_invalid(&r, "free", (void *)strtoull(strstr(r.out, "block=") + 6, NULL, 16), what);
             }
+}
+
+/* ---------------------------------------------------------------- the 8-byte class */
+
+/* 8-byte blocks have no second word for the free tag: their double frees are the slab
+ * bitmap's to tell. Each way a second free can meet the block: at once, after other blocks
+ * of the class went back around it (and a malloc of the class), on every freeing call. */
+typedef struct {
+    int when; /* 0: at once; 1: after 300 other 8-byte frees and mallocs; 2: after the thread's
+               * cache went back to the slabs (malloc_trim) */
+    int via;  /* 0 free, 1 free_sized, 2 sdallocx, 3 dallocx, 4 dallocx(TCACHE_NONE) */
+} tiny_t;
+static const char *const tiny_func[] = {"free", "free_sized", "sdallocx", "dallocx", "dallocx"};
+
+static void tiny_free(void *p, int via)
+{
+    switch (via) {
+    case 0: free(p); break;
+    case 1: free_sized(p, 8); break;
+    case 2: sdallocx(p, 5, 0); break;
+    case 3: dallocx(p, 0); break;
+    default: dallocx(p, MALLOCX_TCACHE_NONE); break;
+    }
+}
+
+static void tiny_child(void *arg)
+{
+    const tiny_t *c = arg;
+    enum { N = 300 };
+    static void *other[N];
+    for (int i = 0; i < N; i++)
+        other[i] = malloc(1 + i % 8);
+    void *p = malloc(4);
+    say("block", p);
+    tiny_free(p, c->via);
+    if (c->when == 2)
+        malloc_trim(0); /* the first free's block leaves this thread's cache for its slab */
+    if (c->when == 1) {
+        for (int i = 0; i < N; i += 2)
+            free(other[i]);
+        for (int i = 0; i < N; i += 2)
+            other[i] = malloc(8); /* p's slab hands blocks out again: p stays free */
+        for (int i = 0; i < N; i++)
+            if (other[i] == p)
+                printf("RESULT: reused\n"); /* a new block at p: a second free is no misuse */
+    }
+    tiny_free(p, c->via);
+    void *a = malloc(8), *b = malloc(8);
+    if (a == b)
+        printf("RESULT: exploited\n");
+    printf("RESULT: ignored\n");
+}
+
+TEST(test_double_free_of_an_8_byte_block_is_reported_on_every_path)
+{
+    for (int when = 0; when < 3; when++)
+        for (int via = 0; via < 5; via++) {
+            static check_child_t r;
+            tiny_t c = {when, via};
+            CHECK(check_child(tiny_child, &c, 20, &r) == 0);
+            char what[96];
+            snprintf(what, sizeof what, "8-byte block freed twice by %s, %s", tiny_func[via],
+                     when == 2   ? "its cache flushed between"
+                     : when == 1 ? "other blocks freed and reused between"
+                                 : "at once");
+            CHECK(strstr(r.out, "block=") != NULL, "%s: %s; stderr:\n%s", what, check_status_str(r.status),
+                  r.err);
+            if (strstr(r.out, "RESULT: reused"))
+                continue;
+            expect_invalid(&r, tiny_func[via], (void *)strtoull(strstr(r.out, "block=") + 6, NULL, 16), what);
+        }
 }
 
 /* ---------------------------------------------------------------- one-byte link changes */
@@ -331,7 +403,7 @@ static void realloc_freed_child(void *arg)
 
 TEST(test_realloc_of_a_freed_block_names_realloc)
 {
-    static const size_t sizes[] = {24, 100, 3000, 12 * KiB, 100 * KiB, 16 << 20};
+    static const size_t sizes[] = {3, 8, 24, 100, 3000, 12 * KiB, 100 * KiB, 16 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         static check_child_t r;
         CHECK(check_child(realloc_freed_child, (void *)&sizes[i], 20, &r) == 0);

@@ -524,4 +524,70 @@ TEST(test_producer_consumer_remote_frees_return_memory)
           alloc0, alloc1);
 }
 
+/* ---------------------------------------------------------------- 8-byte blocks across threads */
+/* The 8-byte class is packed and untagged: threads pass 1..8-byte blocks through shared
+ * slots and free each other's, every block carrying its owner's pattern in all 8 bytes, so
+ * that a free, a malloc or a neighbour's write that touched a block's neighbour (the
+ * second word a thread cache would tag) or handed a block out twice shows up. */
+#define TINY_THREADS 8
+#define TINY_SLOTS 512
+#define TINY_LOCAL 256
+static _Atomic(uint64_t *) tiny_slot[TINY_SLOTS];
+
+static uint64_t tiny_mark(uint64_t *p) { return (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull ^ 0x5555; }
+
+static void tiny_check_free(uint64_t *p)
+{
+    CHECK(*p == tiny_mark(p), "8-byte block %p holds %llx", (void *)p, (unsigned long long)*p);
+    CHECK_EQ(strata_malloc_usable_size(p), 8);
+    strata_free(p);
+}
+
+static void *tiny_worker(void *arg)
+{
+    rng_t r = {(uint64_t)(uintptr_t)arg * 7919 + 1};
+    uint64_t *local[TINY_LOCAL] = {0};
+    long n = scaled(200000);
+    for (long i = 0; i < n; i++) {
+        uint64_t *p = strata_malloc(1 + rng_next(&r) % 8);
+        CHECK(p != NULL && ((uintptr_t)p & 7) == 0);
+        *p = tiny_mark(p);
+        uint64_t *q;
+        if (rng_next(&r) % 2) { /* to another thread, and one of theirs freed here */
+            q = atomic_exchange(&tiny_slot[rng_next(&r) % TINY_SLOTS], p);
+        } else { /* kept a while by this thread: its neighbours come and go around it */
+            size_t k = rng_next(&r) % TINY_LOCAL;
+            q = local[k];
+            local[k] = p;
+        }
+        if (q != NULL)
+            tiny_check_free(q);
+    }
+    for (size_t k = 0; k < TINY_LOCAL; k++)
+        if (local[k] != NULL)
+            tiny_check_free(local[k]);
+    return NULL;
+}
+
+TEST(test_threads_exchange_8_byte_blocks)
+{
+    strata_malloc_trim(0);
+    size_t alloc0 = stat_size("stats.allocated");
+    pthread_t t[TINY_THREADS];
+    for (intptr_t i = 0; i < TINY_THREADS; i++)
+        CHECK(pthread_create(&t[i], NULL, tiny_worker, (void *)i) == 0);
+    for (int i = 0; i < TINY_THREADS; i++)
+        pthread_join(t[i], NULL);
+    for (size_t k = 0; k < TINY_SLOTS; k++) {
+        uint64_t *q = atomic_exchange(&tiny_slot[k], NULL);
+        if (q != NULL)
+            tiny_check_free(q);
+    }
+    strata_malloc_trim(0);
+    size_t alloc1 = stat_size("stats.allocated");
+    printf("8-byte exchange: allocated %zu -> %zu\n", alloc0, alloc1);
+    CHECK(alloc1 <= alloc0 + 64 * KiB, "stats.allocated %zu -> %zu after every 8-byte block was freed",
+          alloc0, alloc1);
+}
+
 int main(int argc, char **argv) { return check_main(argc, argv); }

@@ -7,12 +7,17 @@ static void test_size_roundtrip_is_tight(void) {
     szind_t i = sz_size2index(s);
     CHECK(i >= 1 && i <= SZ_NCLASSES);
     CHECK(sz_size[i] >= s);
-    CHECK(i >= SZ_MIN_IND);               /* 16 bytes at least: room for link and tag */
-    if (i > SZ_MIN_IND) CHECK(sz_size[i - 1] < s); /* the smallest class that fits */
+    CHECK(s <= 8 ? i == SZ_TINY_IND : i >= SZ_MIN_IND); /* 8 bytes only up to 8 */
+    if (i > SZ_TINY_IND) CHECK(sz_size[i - 1] < s); /* the smallest class that fits */
   }
-  for (szind_t i = SZ_MIN_IND; i <= SZ_NCLASSES; i++) CHECK_EQ(sz_size2index(sz_size[i]), i);
-  CHECK_EQ(sz_size2index(0), SZ_MIN_IND);
-  CHECK_EQ(sz_size2index(1), SZ_MIN_IND);
+  for (szind_t i = SZ_TINY_IND; i <= SZ_NCLASSES; i++) CHECK_EQ(sz_size2index(sz_size[i]), i);
+  CHECK_EQ(sz_size[SZ_TINY_IND], 8);
+  CHECK_EQ(sz_size2index(0), SZ_TINY_IND);
+  CHECK_EQ(sz_size2index(1), SZ_TINY_IND);
+  CHECK_EQ(sz_size2index(8), SZ_TINY_IND);
+  CHECK_EQ(sz_size2index(9), SZ_MIN_IND);
+  CHECK_EQ(sz_size2index_compute(8), SZ_TINY_IND);
+  for (size_t s = 0; s <= 8; s++) CHECK_EQ(sz_malloc_lookup_read(s), (size_t)SZ_TINY_IND * TBIN_SIZE);
   CHECK_EQ(sz_size2index(SZ_MAX + 1), 0);
 }
 
@@ -41,8 +46,8 @@ static void test_malloc_table_names_each_size_class(void) {
   CHECK_EQ(sz_size[SZ_MALLOC_FAST_IND], SZ_MALLOC_FAST_MAX);
   for (size_t s = 1; s <= SZ_MALLOC_FAST_MAX; s++) {
     size_t off = sz_malloc_lookup_read(s);
-    if (off != sz_size2index_compute(s < 16 ? 16 : s) * TBIN_SIZE) {
-      CHECK_EQ(off, sz_size2index_compute(s < 16 ? 16 : s) * TBIN_SIZE);
+    if (off != sz_size2index_compute(s) * TBIN_SIZE) {
+      CHECK_EQ(off, sz_size2index_compute(s) * TBIN_SIZE);
       break;
     }
   }
@@ -112,9 +117,11 @@ static void test_quantum_alignment_is_the_plain_class(void) {
     for (size_t s = 0; s <= SZ_MALLOC_FAST_MAX; s++) {
       size_t want = sz_size[sz_size2index(s < align ? align : s)];
       CHECK_EQ(sz_sa2u(s ? s : 1, align), want);
-      CHECK(want % SZ_QUANTUM == 0);
+      /* the 8-byte class only for requests of at most 8 bytes aligned to at most 8 */
+      CHECK(want % SZ_QUANTUM == 0 || (want == 8 && s <= 8 && align <= 8));
     }
   }
+  for (size_t s = 0; s <= 16; s++) CHECK_EQ(sz_sa2u(s ? s : 1, 16), 16);
 }
 
 static void test_slab_geometry_wastes_little(void) {
