@@ -76,15 +76,15 @@ static inline void alloc_fill(void *p, size_t usize, bool zero) {
  * class's usable size. A thread keeps up to PROF_PAGES freed one-page extents for its next
  * samples (prof.c: prof_page_get, prof_page_put), still counted as allocated, as cached
  * blocks are. */
-/* A promoted sample's redzone: the bytes after it on its page, from its usable size (16
- * at least: a tag word may be written there) up to PROF_REDZONE of them, hold
+/* A promoted sample's redzone: the bytes after it on its page, from its usable size up to
+ * PROF_REDZONE of them (no path writes a promoted 8-byte block's tag word), hold
  * REDZONE_BYTE while it lives; its free checks them, so a write past the end of a sampled
  * block is reported (jemalloc's redzones for sampled allocations, opt_safety_checks).
  * Sampled blocks are rare (one per 512 KiB allocated by default): the fill and the check
  * cost nothing measurable, and a profiled fleet finds overflows as it samples. */
 #define PROF_REDZONE 256
 #define REDZONE_BYTE 0xbc
-static inline size_t redzone_at(size_t usize) { return usize < 16 ? 16 : usize; }
+static inline size_t redzone_at(size_t usize) { return usize; }
 static inline size_t redzone_len(size_t usize) {
   size_t at = redzone_at(usize), end = (usize + os_page - 1) & ~(os_page - 1);
   return end > at ? (end - at < PROF_REDZONE ? end - at : PROF_REDZONE) : 0;
