@@ -984,7 +984,7 @@ TEST(test_requests_up_to_8_bytes_get_the_8_byte_class)
     bool tiny = false;
     size_t blen = sizeof tiny;
     CHECK(mallctl("opt.tiny_class", &tiny, &blen, NULL, 0) == 0);
-    if (!tiny) { /* ctest runs this test again with MALLOC_CONF=tiny_class:false */
+    if (!tiny) { /* the default; ctest runs this test again with MALLOC_CONF=tiny_class:true */
         for (size_t n = 0; n <= 16; n++) {
             CHECK_EQ(nallocx(n ? n : 1, 0), 16);
             void *p = malloc(check_opaque(n));

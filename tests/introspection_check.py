@@ -102,8 +102,9 @@ def main():
         if opts == "PD":
             arenas = {s.labels.get("arena") for s in fams["strata_arena_pactive_bytes"].samples}
             sizes = {s.labels.get("size") for s in fams["strata_bin_curregs"].samples}
-            # the probe's 8-byte requests: jemalloc's bin 0, the 8-byte class
-            if len(arenas) < 2 or "8" not in sizes:
+            # the probe's requests of up to 16 bytes: the 16-byte class (8-byte ones too,
+            # without tiny_class)
+            if len(arenas) < 2 or "16" not in sizes:
                 fails.append(f"PD: arena labels {arenas}, size labels {sorted(sizes)[:5]}")
         print(f"OpenMetrics {opts}: {len(fams)} families parse; allocated {alloc:.0f}, active/allocated {frag}")
 

@@ -24,7 +24,7 @@
  * between the two frees: memory reused, which no allocator can tell from a new block
  * (docs/hardening.md, "Limits"). The cases here are the ones with nothing in
  * between. */
-const char *malloc_conf = "background_thread:false";
+const char *malloc_conf = "background_thread:false,tiny_class:true"; /* 8-byte blocks too */
 
 static void say(const char *what, const void *p)
 {
