@@ -43,7 +43,9 @@ dynamic) # cc app.c -lstrata (a program that calls malloc/free itself), and with
     # -Wl,--push-state,--no-as-needed -lstrata -Wl,--pop-state (one that does not)
     run "$cc" -DAPP_CALLS_FREE "$app" "${inc[@]}" "${lib[@]}" "${rpath[@]}" -lstrata -o "$out/app"
     run "$out/app"
-    ldd "$out/app" | grep -q "libstrata.so" || { echo "FAIL: app does not load libstrata.so"; exit 1; }
+    # grep reads all of ldd's output: grep -q would stop at the match and, under pipefail,
+    # ldd's SIGPIPE on its next line would fail the pipeline (a flaky FAIL).
+    ldd "$out/app" | grep "libstrata.so" >/dev/null || { echo "FAIL: app does not load libstrata.so"; exit 1; }
     run "$cc" "$app" "${inc[@]}" "${lib[@]}" "${rpath[@]}" -Wl,--push-state,--no-as-needed -lstrata \
         -Wl,--pop-state -o "$out/app2"
     run "$out/app2"
@@ -53,7 +55,7 @@ preload) # LD_PRELOAD=/usr/local/lib/libstrata.so.0 program
     if "$out/app" >/dev/null 2>&1; then echo "FAIL: app passes without strata"; exit 1; fi
     run env LD_PRELOAD="$P/$libdir/libstrata.so.0" "$out/app"
     err=$(env LD_PRELOAD="$P/$libdir/libstrata.so.0" MALLOC_CONF=confirm_conf:true ls / 2>&1 >/dev/null)
-    echo "$err" | grep -q '^<strata>: conf:' || { echo "FAIL: ls under LD_PRELOAD: $err"; exit 1; }
+    echo "$err" | grep '^<strata>: conf:' >/dev/null || { echo "FAIL: ls under LD_PRELOAD: $err"; exit 1; }
     ;;
 static) # cc -static app.c -Wl,--whole-archive -lstrata -Wl,--no-whole-archive -lpthread
     have_libc_a || skip "no libc.a (Debian: libc6-dev) for a fully static program"
