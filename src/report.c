@@ -86,18 +86,34 @@ char *fmt_hex(char *buf, uint64_t v) {
  * strata cannot go on safely from those paths and aborts after it. */
 safety_check_hook_t *safety_check_hook;
 
-static NORETURN void safety_fail(const char *const *parts, int n, const void *p) {
-  char buf[512];
+/* The message's parts joined into buf (cut to fit). */
+static void join_parts(char *buf, size_t cap, const char *const *parts, int n) {
   size_t len = 0;
   for (int i = 0; i < n; i++) {
-    for (const char *c = parts[i]; *c && len < sizeof(buf) - 1; c++) buf[len++] = *c;
+    for (const char *c = parts[i]; *c && len < cap - 1; c++) buf[len++] = *c;
   }
   buf[len] = '\0';
+}
+
+static NORETURN void safety_fail(const char *const *parts, int n, const void *p) {
+  char buf[512];
+  join_parts(buf, sizeof(buf), parts, n);
   msg_write(buf);
   if (p) guard_describe(p);
   safety_check_hook_t *h = __atomic_load_n(&safety_check_hook, __ATOMIC_ACQUIRE);
   if (h) h(buf);
   abort();
+}
+
+/* A failed check after which the call can go on safely (nothing was changed yet, or the
+ * block is intact): a program's safety_check_abort hook gets the message and the call
+ * returns, as jemalloc; without a hook, strata reports it and aborts. */
+static void safety_report(const char *const *parts, int n) {
+  safety_check_hook_t *h = __atomic_load_n(&safety_check_hook, __ATOMIC_ACQUIRE);
+  if (h == NULL) safety_fail(parts, n, NULL);
+  char buf[512];
+  join_parts(buf, sizeof(buf), parts, n);
+  h(buf);
 }
 
 void strata_invalid_free(const char *func, const void *p) {
@@ -115,18 +131,7 @@ void strata_size_mismatch(const char *func, const void *p, size_t size, size_t a
                          align ? fmt_u64(al, align) : "", align ? ")" : "",
                          " does not match the block at ", fmt_hex(hex, (uintptr_t)p), " (usable size ",
                          fmt_u64(us, usize), ")\n"};
-  safety_check_hook_t *h = __atomic_load_n(&safety_check_hook, __ATOMIC_ACQUIRE);
-  if (h) {
-    char buf[512];
-    size_t len = 0;
-    for (int i = 0; i < 12; i++) {
-      for (const char *c = parts[i]; *c && len < sizeof(buf) - 1; c++) buf[len++] = *c;
-    }
-    buf[len] = '\0';
-    h(buf);
-    return;
-  }
-  safety_fail(parts, 12, NULL);
+  safety_report(parts, 12);
 }
 
 /* A write past the end of a sampled block, found by its redzone when it was freed (alloc.c,
@@ -137,18 +142,7 @@ void strata_overflow(const void *p, size_t usize, size_t at) {
   const char *parts[] = {"<strata>: heap buffer overflow detected: the block at ", fmt_hex(hex, (uintptr_t)p),
                          " (usable size ", fmt_u64(us, usize), ") was written at offset ", fmt_u64(off, at),
                          " (a sampled block's redzone, checked at its free)\n"};
-  safety_check_hook_t *h = __atomic_load_n(&safety_check_hook, __ATOMIC_ACQUIRE);
-  if (h) {
-    char buf[512];
-    size_t len = 0;
-    for (int i = 0; i < 7; i++) {
-      for (const char *c = parts[i]; *c && len < sizeof(buf) - 1; c++) buf[len++] = *c;
-    }
-    buf[len] = '\0';
-    h(buf);
-    return;
-  }
-  safety_fail(parts, 7, NULL);
+  safety_report(parts, 7);
 }
 
 void strata_heap_corruption(const void *at, unsigned ind) {
@@ -162,14 +156,8 @@ void strata_heap_corruption(const void *at, unsigned ind) {
  * program's safety_check_abort hook gets the message and realloc goes on (returning NULL,
  * p intact); without a hook strata prints it and aborts. */
 void strata_zero_realloc_abort(void) {
-  static const char msg[] = "<strata>: realloc(non-null pointer, 0) with zero_realloc:abort\n";
-  safety_check_hook_t *h = __atomic_load_n(&safety_check_hook, __ATOMIC_ACQUIRE);
-  if (h) {
-    h(msg);
-    return;
-  }
-  msg_write(msg);
-  abort();
+  const char *parts[] = {"<strata>: realloc(non-null pointer, 0) with zero_realloc:abort\n"};
+  safety_report(parts, 1);
 }
 
 void strata_fatal(const char *what) {
