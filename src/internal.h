@@ -804,6 +804,7 @@ HIDDEN extern unsigned tcache_nbins; /* classes cached: 1..tcache_nbins-1 */
 /* The classes malloc_slow pops above the lookup table: below tcache_nbins; none with
  * prof:true (ialloc counts those allocations' bytes). */
 HIDDEN extern unsigned tcache_nbins_malloc;
+HIDDEN size_t tcache_grown_bytes(void); /* every cache's bins' growth above their start, in bytes */
 /*
  * Free-list links (docs/design.md, "Hardening"). Every in-band link (thread caches, fill lists, remote
  * chains) is stored as next ^ tcache_key ^ slot, the slot being the free region that

@@ -46,11 +46,19 @@ size_t tcache_total;
  * bin whose flushes return regions its own fills brought (round trips) TRIPS_GROW times
  * between two GC visits doubles its capacity, up to TBIN_GROW_BYTES' worth (1,600 blocks
  * of 64 B fit) and while the thread's bins together have grown by at most
- * TCACHE_GROW_BYTES; a GC visit that finds the bin idle halves it back toward its start. */
+ * TCACHE_GROW_BYTES and every thread's together by at most TCACHE_GROW_ALL_BYTES; a GC
+ * visit that finds the bin idle halves it back toward its start. The process-wide bound
+ * keeps a server's hundreds of threads from each growing its share (512 KiB each: 50 MiB
+ * for 100 threads); a program's few busy threads keep the whole gain (glibc-simple and
+ * espresso are single-threaded). */
 #define TRIPS_GROW 2
 #define TRIP_FILLED 0x80 /* tcache_t.trips: filled since the last flush */
 #define TBIN_GROW_BYTES ((size_t)128 << 10)
 #define TCACHE_GROW_BYTES ((size_t)512 << 10)
+#define TCACHE_GROW_ALL_BYTES ((size_t)2 << 20)
+/* Every cache's grown bytes (tc->grown) together (atomic); a retired cache gives its share
+ * back. A forked child keeps its parent's other threads' shares (it grows less). */
+static size_t tcache_grown_all;
 /* Large classes hold up to this many bytes (at least TBIN_LARGE blocks): 8 blocks of 16 KiB,
  * 4 of 28-32 KiB. A large miss or flush is an extent operation (~1,000 and ~450
  * instructions under the elock); with 4 slots a thread that allocates and frees 16 KiB
@@ -160,8 +168,10 @@ static void tcache_publish(tcache_t *tc, szind_t ind);
 static void tcache_bin_resize(tcache_t *tc, szind_t ind, uint32_t max) {
   uint32_t old = tc->max[ind], start = tbin_nslots[ind];
   sassert(tbin_count(tc, ind) <= max);
+  size_t before = tc->grown;
   tc->grown -= (size_t)(old > start ? old - start : 0) * sz_size[ind];
   tc->grown += (size_t)(max > start ? max - start : 0) * sz_size[ind];
+  if (tc->grown != before) __atomic_add_fetch(&tcache_grown_all, tc->grown - before, __ATOMIC_RELAXED); /* mod 2^64 */
   tc->max[ind] = (uint16_t)max;
   tc->keep[ind] = (uint16_t)(max >> tbin_flush_div[ind]);
   tbin_avail_move(&tc->bins[ind], (int64_t)max - (int64_t)old);
@@ -423,7 +433,9 @@ static NOINLINE void tcache_bin_grow(tcache_t *tc, szind_t ind) {
   if ((tc->trips[ind] & ~TRIP_FILLED) >= TRIPS_GROW && tc->gc_every != 1) {
     uint32_t max = tc->max[ind], want = 2 * max;
     if (want > tbin_grow_max[ind]) want = tbin_grow_max[ind];
-    if (want > max && tc->grown + (size_t)(want - max) * sz_size[ind] <= TCACHE_GROW_BYTES) {
+    size_t more = (size_t)(want - max) * sz_size[ind];
+    if (want > max && tc->grown + more <= TCACHE_GROW_BYTES &&
+        __atomic_load_n(&tcache_grown_all, __ATOMIC_RELAXED) + more <= TCACHE_GROW_ALL_BYTES) {
       tc->trips[ind] = 0;
       tcache_bin_resize(tc, ind, want);
     }
@@ -573,8 +585,18 @@ void tcache_flush_all(tcache_t *tc) {
   }
 }
 
+size_t tcache_grown_bytes(void) { return __atomic_load_n(&tcache_grown_all, __ATOMIC_RELAXED); }
+
+/* A flushed cache's growth goes back to the process-wide bound (its bins are reset when
+ * the cache is used again). */
+static void tcache_grown_release(tcache_t *tc) {
+  if (tc->grown) __atomic_sub_fetch(&tcache_grown_all, tc->grown, __ATOMIC_RELAXED);
+  tc->grown = 0;
+}
+
 /* Unlist a flushed cache and keep it for the next thread. */
 static void tcache_retire(tcache_t *tc) {
+  tcache_grown_release(tc);
   mtx_lock(&tcache_list_lock);
   if (tc->prev) {
     tc->prev->next = tc->next;
@@ -697,6 +719,7 @@ int tcache_explicit_flush(unsigned ind, bool destroy) {
   if (tc == NULL) return EFAULT;
   tcache_flush_all(tc);
   if (destroy) {
+    tcache_grown_release(tc);
     mtx_lock(&tcache_list_lock);
     tc->next = tcaches_pool;
     tcaches_pool = tc;

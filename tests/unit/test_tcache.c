@@ -667,6 +667,42 @@ static void test_bins_grow_with_bursts_and_shrink_when_idle(void) {
   CHECK(out[6] > 0 && out[6] <= ((size_t)512 << 10));
 }
 
+/* The process-wide bound: eight threads bursting in every class up to 1 KiB would grow
+ * about 400 KiB each; together they stay within 2 MiB, and a thread's growth goes back when
+ * it exits. */
+#define NGROW 8
+static pthread_barrier_t grow_bar;
+static void *grow_body(void *arg) {
+  (void)arg;
+  void **p = strata_malloc(BURST * sizeof(void *));
+  for (szind_t c = 1; c <= SZ_NSMALL && sz_size[c] <= 1024; c++) {
+    for (int round = 0; round < 8; round++) {
+      for (int i = 0; i < BURST; i++) p[i] = strata_malloc(sz_size[c]);
+      for (int i = 0; i < BURST; i++) strata_free(p[i]);
+    }
+  }
+  strata_free(p);
+  pthread_barrier_wait(&grow_bar); /* grown: the main thread reads the total */
+  pthread_barrier_wait(&grow_bar);
+  return NULL;
+}
+
+static void test_bins_grow_within_a_process_wide_bound(void) {
+  pthread_t t[NGROW];
+  pthread_barrier_init(&grow_bar, NULL, NGROW + 1);
+  for (int i = 0; i < NGROW; i++) pthread_create(&t[i], NULL, grow_body, NULL);
+  pthread_barrier_wait(&grow_bar);
+  size_t all = tcache_grown_bytes();
+  pthread_barrier_wait(&grow_bar);
+  for (int i = 0; i < NGROW; i++) pthread_join(t[i], NULL);
+  size_t mine = strata_tsd.tcache ? strata_tsd.tcache->grown : 0;
+  printf("     %d threads bursting: %zu bytes grown together (bound 2 MiB); %zu after they exited\n", NGROW, all,
+         tcache_grown_bytes());
+  CHECK(all > ((size_t)512 << 10) && all <= ((size_t)2 << 20));
+  CHECK_EQ(tcache_grown_bytes(), mine);
+  pthread_barrier_destroy(&grow_bar);
+}
+
 int main(void) {
   if (strata_init()) return 1;
   printf("unit: tcache\n");
@@ -686,5 +722,6 @@ int main(void) {
   RUN(test_crowded_slab_geometry);
   RUN(test_crowded_arenas_make_small_slabs);
   RUN(test_bins_grow_with_bursts_and_shrink_when_idle);
+  RUN(test_bins_grow_within_a_process_wide_bound);
   UNIT_EXIT();
 }
