@@ -446,6 +446,12 @@ static NOINLINE void tcache_bin_grow(tcache_t *tc, szind_t ind) {
 
 static void tcache_gc_visit(tcache_t *tc, szind_t ind);
 
+/* Whether block p lies in cache tc's own arena (one page-map read: overflows only). */
+static bool tcache_block_is_local(const tcache_t *tc, const void *p) {
+  const edata_t *ed = rt_edata(rtree_read((uintptr_t)p));
+  return ed != NULL && tc->arena != NULL && edata_arena_ind(ed) == tc->arena->ind;
+}
+
 static void tcache_event(tcache_t *tc, szind_t ind) {
   tc->events[ind] = 1;
   tcache_publish(tc, ind);
@@ -551,8 +557,10 @@ void tcache_dalloc_hard(tcache_t *tc, szind_t ind, void *p) {
     /* Over the global cap (gc_every 1) the whole bin goes, else all but capacity >>
      * lg_tcache_flush_*_div (half by default); p is cached before the GC looks, which may
      * close the bin (tcache_crowd) and so flush p as well. A round trip may grow the bin
-     * first, so that the next burst fits. */
-    if (unlikely(tc->trips[ind] & TRIP_FILLED)) {
+     * first, so that the next burst fits; only when the block that overflows it is from
+     * the cache's own arena: a thread freeing other threads' blocks (a server's workers)
+     * would otherwise grow its bins with blocks that pin their slabs elsewhere. */
+    if (unlikely(tc->trips[ind] & TRIP_FILLED) && tcache_block_is_local(tc, p)) {
       tcache_bin_grow(tc, ind);
     } else {
       tcache_flush_bin(tc, ind, tc->gc_every == 1 ? 0 : tc->keep[ind]);
