@@ -142,20 +142,6 @@ static bool should_fail(void)
     return (int)((s >> 16) % 100) < rate;
 }
 
-
-/* size bytes at an align boundary, mapped fresh (what a hook's alloc hands strata). */
-static char *map_aligned(size_t size, size_t align, int prot)
-{
-    size_t total = size + align;
-    char *p = mmap(NULL, total, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
-    char *a = (char *)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
-    if (a > p)
-        munmap(p, (size_t)(a - p));
-    munmap(a + size, (size_t)(p + total - (a + size)));
-    return a;
-}
 static void *c_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t align, bool *zero, bool *commit,
                      unsigned ind)
 {
@@ -176,7 +162,7 @@ static void *c_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t alig
     atomic_store(&in_hook, 0);
     if (new_addr != NULL || should_fail())
         return NULL;
-    char *a = map_aligned(size, align, *commit ? PROT_READ | PROT_WRITE : PROT_NONE);
+    char *a = check_map_aligned(size, align, *commit ? PROT_READ | PROT_WRITE : PROT_NONE);
     if (a == NULL)
         return NULL;
     *zero = true;
@@ -867,7 +853,7 @@ static void *m_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t alig
     (void)h, (void)ind;
     if (new_addr != NULL || atomic_load(&mlog_fail))
         return NULL;
-    char *a = map_aligned(size, align, PROT_READ | PROT_WRITE);
+    char *a = check_map_aligned(size, align, PROT_READ | PROT_WRITE);
     if (a == NULL)
         return NULL;
     *zero = *commit = true;

@@ -482,14 +482,9 @@ static void *hk_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t ali
     (void)h, (void)ind;
     if (new_addr != NULL)
         return NULL;
-    size_t total = size + align;
-    char *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED)
+    char *a = check_map_aligned(size, align, PROT_READ | PROT_WRITE);
+    if (a == NULL)
         return NULL;
-    char *a = (char *)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
-    if (a > p)
-        munmap(p, (size_t)(a - p));
-    munmap(a + size, (size_t)(p + total - (a + size)));
     *zero = *commit = true;
     return a;
 }

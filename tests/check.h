@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -100,6 +101,21 @@ static CHECK_UNUSED long check_scaled(long n)
 
 /* A value the compiler cannot fold, so that malloc(SIZE_MAX) and friends reach the
  * allocator instead of being diagnosed or optimised at compile time. */
+/* size bytes at an align boundary (a power of two), mapped fresh with prot: what an extent
+ * hook's alloc hands strata. NULL when mmap fails. */
+static CHECK_UNUSED char *check_map_aligned(size_t size, size_t align, int prot)
+{
+    size_t total = size + align;
+    char *p = (char *)mmap(NULL, total, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    char *a = (char *)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
+    if (a > p)
+        munmap(p, (size_t)(a - p));
+    munmap(a + size, (size_t)(p + total - (a + size)));
+    return a;
+}
+
 static CHECK_UNUSED size_t check_opaque(size_t v)
 {
     volatile size_t x = v;
