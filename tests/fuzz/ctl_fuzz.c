@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctl.h"
 #include "strata.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -27,10 +28,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   unsigned char newv[32];
   size_t newlen = size < sizeof(newv) ? size : sizeof(newv);
   memcpy(newv, data, newlen);
-  /* Writes that would stop the process or change its configuration are not fuzzed, nor
-   * writes of pointers the callee must follow (extent hooks, path and name strings):
-   * jemalloc's contract, like strata's, is that they point at valid memory. */
-  static const char *const pointer_names[] = {"arenas.create", "extent_hooks", "prof.dump", "prof.name"};
+  /* Writes of pointers the callee must follow are not fuzzed: jemalloc's contract, like
+   * strata's, is that they point at valid memory. Those are every string and opaque
+   * pointer leaf (names, prefixes, hooks tables, callbacks), found by the leaf's type so a
+   * new one is covered without a list, plus the leaves whose value is a structure holding
+   * pointers (arenas.create's hooks, batch_alloc's array, arenas_create_ext's config). */
+  size_t tmib[8], tmiblen = 8;
+  if (strata_mallctlnametomib(name, tmib, &tmiblen) == 0) {
+    const ctl_node_t *leaf = ctl_node_of(tmib, tmiblen);
+    if (leaf != NULL && (leaf->type == CT_STR || leaf->type == CT_VOID)) newlen = 0;
+  }
+  static const char *const pointer_names[] = {"arenas.create", "batch_alloc", "arenas_create_ext",
+                                              "extent_hooks", "prof.dump", "prof.name"};
   for (size_t k = 0; k < sizeof(pointer_names) / sizeof(pointer_names[0]); k++)
     if (strstr(name, pointer_names[k])) newlen = 0;
   int rc = strata_mallctl(name, old, &len, newlen ? newv : NULL, newlen);
