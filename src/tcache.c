@@ -67,6 +67,20 @@ static size_t tcache_grown_all;
 /* The GC looks at one bin every GC_INTERVAL fills and flushes. */
 #define GC_INTERVAL 32
 #define FLUSH_BUF 256
+/* A whole cache's flush (thread exit, thread.tcache.flush) batches this many regions: its
+ * buffer is 0.8 KiB of stack, not FLUSH_BUF's 6 KiB, so a thread that exits after a few
+ * allocations does not fault in stack pages its own work never touched (mleak: one page
+ * fault more per thread than glibc's, where a stack comes freshly mapped). */
+#define FLUSH_ALL_BUF 32
+/* One flush batch's buffer: its slab runs (small classes) or extents (large ones). */
+typedef union {
+  slab_run_t runs[FLUSH_BUF];
+  edata_t *eds[FLUSH_BUF];
+} flush_buf_t;
+typedef union {
+  slab_run_t runs[FLUSH_ALL_BUF];
+  edata_t *eds[FLUSH_ALL_BUF];
+} flush_all_buf_t;
 /* A thread's first fill of a class above FILL_FULL_MAX brings at most this many bytes
  * (at least one region); each further miss doubles it. 100 threads that each touch 20
  * classes of 1-14 KiB once would otherwise take 10 regions of each (wl_nativethreads:
@@ -317,8 +331,7 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
  * slab and validated, then as a chain to the owner bin when all belong to one other arena,
  * else to the bitmaps, one bin lock per owning arena. Sets b->head past them. */
 static inline __attribute__((always_inline)) void flush_batch(tbin_t *b, szind_t ind, szind_t rt_ind, void *p,
-                                                              uint32_t n, unsigned own) {
-  slab_run_t runs[FLUSH_BUF];
+                                                              uint32_t n, unsigned own, slab_run_t *runs) {
   flush_scan_t sc = bin_info[ind].pow2 ? flush_scan(p, n, ind, rt_ind, runs, own, false)
                                        : flush_scan(p, n, ind, rt_ind, runs, own, true);
   b->head = tbin_next(sc.last, ind);
@@ -335,39 +348,44 @@ static inline __attribute__((always_inline)) void flush_batch(tbin_t *b, szind_t
   }
 }
 
-/* flush_batch for a thread that is not a consumer: regions of its own arena go back to
- * their bitmaps in one walk (bin_flush_local), flush_batch takes whatever that walk stops
- * at (docs/design.md, "Thread caches"). Out of line, so that a consumer's flushes
- * (the producer/consumer figure) keep flush_batch's code as it was. */
-static NOINLINE void flush_batch_own(tcache_t *tc, tbin_t *b, szind_t ind, szind_t rt_ind, void *p, uint32_t n,
-                                     unsigned own) {
+/* The first step of a flush for a thread that is not a consumer: regions of its own
+ * arena go back to their bitmaps in one walk (bin_flush_local); returns how many of the
+ * n are left for flush_batch, from *pp on (docs/design.md, "Thread caches"). Out of line
+ * and without a runs buffer of its own, so that a consumer's flushes (the
+ * producer/consumer figure) keep flush_batch's code as it was, and the deepest flush
+ * holds one FLUSH_BUF buffer on the stack, not two (a thread's exit flush stays within
+ * the stack pages its start left mapped). */
+static NOINLINE uint32_t flush_own_local(tcache_t *tc, tbin_t *b, szind_t ind, szind_t rt_ind, void **pp,
+                                         uint32_t n) {
   uint32_t done;
-  p = bin_flush_local(tc->arena, ind, rt_ind, p, n, &done);
+  void *p = bin_flush_local(tc->arena, ind, rt_ind, *pp, n, &done);
   if (done == n) {
     if (unlikely(p != TBIN_END && !link_ok(p, ind))) strata_heap_corruption(p, ind); /* as tbin_next's test */
     b->head = p;
-    return;
+    return 0;
   }
-  flush_batch(b, ind, rt_ind, p, n - done, own);
+  *pp = p;
+  return n - done;
 }
 
 /* Flush all but `keep` of bin ind, taking them from the head of the list. Each region is
  * validated against the rtree (a slab of this class and a region start; a large extent
  * of this class that starts at the pointer), then returned to its owner arena. rt_ind:
- * the rtree class expected of the slabs (ind). */
+ * the rtree class expected of the slabs (ind). runs/eds: the caller's buffer of cap entries
+ * (a constant: FLUSH_BUF, or FLUSH_ALL_BUF for whole-cache flushes). */
 static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_t *b, szind_t ind, szind_t rt_ind,
-                                                             uint32_t max, uint32_t keep) {
+                                                             uint32_t max, uint32_t keep, slab_run_t *runs,
+                                                             edata_t **eds, uint32_t cap) {
   sassert(max - b->avail <= max);
   while (max - b->avail > keep) {
     uint32_t n = max - b->avail - keep;
-    if (n > FLUSH_BUF) n = FLUSH_BUF;
+    if (n > cap) n = cap;
     /* The first n regions of the list go: no walk to a cut point (the kept ones are the
      * older half; overflows happen in free-heavy phases, where that costs nothing). */
     void *p = b->head;
     if (unlikely(!link_ok(p, ind))) strata_heap_corruption(p, ind); /* a fast path decoded it */
     tbin_avail_move(b, n);
     if (ind > SZ_NSMALL) {
-      edata_t *eds[FLUSH_BUF];
       for (uint32_t i = 0; i < n; i++) {
         uint64_t e = rtree_read((uintptr_t)p);
         edata_t *ed = rt_edata(e);
@@ -387,16 +405,14 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
     uint64_t nm = tbin_nmalloc(tc, ind); /* nmalloc itself is biased with prof:true */
     bool consumer = nm < tbin_ndalloc(tc, ind) / 4;
     unsigned own = tc->arena && !consumer ? tc->arena->ind + 1 : (unsigned)-1; /* an edata arena_id */
-    if (own != (unsigned)-1) {
-      flush_batch_own(tc, b, ind, rt_ind, p, n, own);
-      continue;
-    }
-    flush_batch(b, ind, rt_ind, p, n, own);
+    if (own != (unsigned)-1 && (n = flush_own_local(tc, b, ind, rt_ind, &p, n)) == 0) continue;
+    flush_batch(b, ind, rt_ind, p, n, own, runs);
   }
 }
 
 static void tcache_flush_bin(tcache_t *tc, szind_t ind, uint32_t keep) {
-  flush_tbin(tc, &tc->bins[ind], ind, ind, tc->max[ind], keep);
+  flush_buf_t fb;
+  flush_tbin(tc, &tc->bins[ind], ind, ind, tc->max[ind], keep, fb.runs, fb.eds, FLUSH_BUF);
 }
 
 /* Bring bin ind's share of tcache_total up to date (slow paths only: one atomic add). */
@@ -512,7 +528,8 @@ static NOINLINE void tcache_dalloc_closed(tcache_t *tc, szind_t ind, void *p) {
   tbin_t *b = &tc->bins[ind];
   LINK_SET(p, TBIN_END);
   b->head = p;
-  flush_tbin(tc, b, ind, ind, 1, 0);
+  flush_all_buf_t fb;
+  flush_tbin(tc, b, ind, ind, 1, 0, fb.runs, fb.eds, FLUSH_ALL_BUF);
   tbin_avail_set(b, 0);
 }
 
@@ -587,8 +604,9 @@ void tcache_counts(const tsd_t *tsd, uint64_t *allocated, uint64_t *deallocated)
 }
 
 void tcache_flush_all(tcache_t *tc) {
+  flush_all_buf_t fb;
   for (szind_t i = 1; i < tc->nbins_open; i++) {
-    tcache_flush_bin(tc, i, 0);
+    flush_tbin(tc, &tc->bins[i], i, i, tc->max[i], 0, fb.runs, fb.eds, FLUSH_ALL_BUF);
     tcache_publish(tc, i);
   }
 }
