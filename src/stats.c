@@ -384,6 +384,12 @@ static void text_arena(out_t *o, const char *title, size_t i, const char *opts) 
     if (ctl_value(c, mib, depth + 1, &v)) continue;
     out_col(o, c->name, -1);
     out_str(o, ":");
+    if (v.type == CT_STR || v.type == CT_BOOL || v.type == CT_SSIZE) { /* the arena's name: quoted, as "dss" */
+      out_col(o, "", 28 - (int)strlen(c->name) - 1);
+      out_value(o, &v, false);
+      out_str(o, "\n");
+      continue;
+    }
     char b[24];
     uint64_t x = v.u;
     if (c->flags & F_PAGES) x *= os_page; /* jemalloc prints active in bytes */

@@ -238,6 +238,8 @@ TEST(test_stats_print_sections_and_omission_letters)
               strstr(out.text, "  opt.narenas: ") && strstr(out.text, "bins:") && strstr(out.text, "arenas[0]:") &&
               strstr(out.text, "--- End jemalloc statistics ---"),
           "text layout:\n%.2000s", out.text);
+    /* the arena's name prints as a string (a pointer's digits before) */
+    CHECK(strstr(out.text, "\nname:") && strstr(out.text, "\"auto_0\"\n"), "arena name:\n%.3000s", out.text);
     out.len = 0;
     malloc_stats_print(cb, NULL, "gbl");
     CHECK(!strstr(out.text, "opt.narenas") && !strstr(out.text, "bins:") && strstr(out.text, "Allocated: "),
