@@ -542,31 +542,55 @@ static inline bool link_fits(const void *p, const uint64_t *mask) {
 #endif
 }
 
-EXPORT void *strata_malloc(size_t size) {
-  if (likely(size <= SZ_MALLOC_FAST_MAX)) {
-    size_t off = sz_malloc_lookup_read(size); /* all 0 with prof:true: to malloc_prof */
-    tbin_t *b = (tbin_t *)((char *)strata_tsd.tcache + off);
-    void *p;
+/* A bin's head straight into the return register: gcc otherwise loads it elsewhere and
+ * moves it at the end (one instruction more on every malloc). */
 #if defined(__x86_64__)
-    /* The head straight into the return register: gcc otherwise loads it elsewhere and
-     * moves it at the end (one instruction more on every malloc). */
-    __asm__("movq %1, %0" : "=a"(p) : "m"(b->head));
+#define HEAD_TO_RET(p, b) __asm__("movq %1, %0" : "=a"(p) : "m"((b)->head))
 #else
-    p = b->head;
+#define HEAD_TO_RET(p, b) ((p) = (b)->head)
 #endif
-    /* Canonical and aligned as the class's regions: an empty bin's TBIN_END fails this,
-     * and so does a corrupted link, which decodes to noise or, changed in a byte, off the
-     * alignment; malloc_slow reports it (ialloc). */
-    if (likely(link_fits(p, &b->link_mask))) {
-      b->head = LINK_DEC(p);
-      TAG_WORD(p) = 0; /* allocated: untagged */
-      b->avail++;
-      b->nmalloc++;
-      return p;
-    }
-  }
+
+/* malloc's fast path: a hit returns from the function it is written in (malloc, and
+ * operator new, which must cost no more than malloc). The head must be canonical and
+ * aligned as the class's regions: an empty bin's TBIN_END fails this, and so does a
+ * corrupted link, which decodes to noise or, changed in a byte, off the alignment; the
+ * slow path reports it (ialloc). With prof:true the table is all 0: to malloc_prof. */
+#define MALLOC_FAST(size)                                                   \
+  do {                                                                      \
+    if (likely((size) <= SZ_MALLOC_FAST_MAX)) {                             \
+      size_t off_ = sz_malloc_lookup_read(size);                            \
+      tbin_t *b_ = (tbin_t *)((char *)strata_tsd.tcache + off_);            \
+      void *p_;                                                             \
+      HEAD_TO_RET(p_, b_);                                                  \
+      if (likely(link_fits(p_, &b_->link_mask))) {                          \
+        b_->head = LINK_DEC(p_);                                            \
+        TAG_WORD(p_) = 0; /* allocated: untagged */                         \
+        b_->avail++;                                                        \
+        b_->nmalloc++;                                                      \
+        return p_;                                                          \
+      }                                                                     \
+    }                                                                       \
+  } while (0)
+
+EXPORT void *strata_malloc(size_t size) {
+  MALLOC_FAST(size);
   return malloc_slow(size);
 }
+
+#ifdef STRATA_OVERRIDE
+/* operator new's throwing forms (_Znwm, _Znam: aliases below): malloc's fast path in place,
+ * not a call through malloc (11 instructions more a new: C++ programs allocate this way);
+ * a miss is malloc's slow path, and a failure the new_handler loop (newdelete.c). */
+HIDDEN void *strata_new_fail(size_t size);
+static NOINLINE void *new_miss(size_t size) {
+  void *p = malloc_slow(size);
+  return likely(p != NULL) ? p : strata_new_fail(size);
+}
+HIDDEN void *strata_new(size_t size) {
+  MALLOC_FAST(size);
+  return new_miss(size);
+}
+#endif
 
 /* Whether the calling thread's cache holds large block p (class ind) already: a large
  * block's tag is no proof of a free (free_slow_large), so its list is walked, at most the
@@ -1483,7 +1507,10 @@ ALIAS(sallocx, strata_sallocx);
 ALIAS(dallocx, strata_dallocx);
 ALIAS(sdallocx, strata_sdallocx);
 ALIAS(nallocx, strata_nallocx);
-/* C++ operator delete, every form (new is in newdelete.c). */
+/* C++ operator new, the throwing forms (the others are in newdelete.c). */
+void *_Znwm(size_t) __attribute__((malloc, alias("strata_new"), visibility("default")));
+void *_Znam(size_t) __attribute__((malloc, alias("strata_new"), visibility("default")));
+/* C++ operator delete, every form. */
 /* Every form ignores its extra arguments: aliases of free share its fast path
  * 
  * (the System V ABI lets a callee ignore trailing arguments). */

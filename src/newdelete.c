@@ -57,13 +57,9 @@ static NOINLINE void *new_slow(size_t size, size_t align, bool nothrow) {
   }
 }
 
-static inline void *new_impl(size_t size) {
-  void *p = strata_malloc(size);
-  return likely(p != NULL) ? p : new_slow(size, 0, false);
-}
+/* _Znwm and _Znam are malloc's fast path (alloc.c); a failed allocation comes here. */
+HIDDEN void *strata_new_fail(size_t size) { return new_slow(size, 0, false); }
 
-EXPORT void *_Znwm(size_t n) { return new_impl(n); }
-EXPORT void *_Znam(size_t n) { return new_impl(n); }
 EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const void *t) {
   (void)t;
   void *p = strata_malloc(n);
