@@ -550,12 +550,13 @@ static inline bool link_fits(const void *p, const uint64_t *mask) {
 #define HEAD_TO_RET(p, b) ((p) = (b)->head)
 #endif
 
-/* malloc's fast path: a hit returns from the function it is written in (malloc, and
- * operator new, which must cost no more than malloc). The head must be canonical and
+/* malloc's fast path: a hit ends the function it is written in with HIT(p_) (malloc
+ * and operator new return the region, calloc its memset), so that neither costs more than
+ * malloc's own. The head must be canonical and
  * aligned as the class's regions: an empty bin's TBIN_END fails this, and so does a
  * corrupted link, which decodes to noise or, changed in a byte, off the alignment; the
  * slow path reports it (ialloc). With prof:true the table is all 0: to malloc_prof. */
-#define MALLOC_FAST(size)                                                   \
+#define MALLOC_FAST(size, HIT)                                              \
   do {                                                                      \
     if (likely((size) <= SZ_MALLOC_FAST_MAX)) {                             \
       size_t off_ = sz_malloc_lookup_read(size);                            \
@@ -567,13 +568,15 @@ static inline bool link_fits(const void *p, const uint64_t *mask) {
         TAG_WORD(p_) = 0; /* allocated: untagged */                         \
         b_->avail++;                                                        \
         b_->nmalloc++;                                                      \
-        return p_;                                                          \
+        HIT(p_);                                                            \
       }                                                                     \
     }                                                                       \
   } while (0)
 
+#define RETURN_IT(p) return (p)
+
 EXPORT void *strata_malloc(size_t size) {
-  MALLOC_FAST(size);
+  MALLOC_FAST(size, RETURN_IT);
   return malloc_slow(size);
 }
 
@@ -587,7 +590,7 @@ static NOINLINE void *new_miss(size_t size) {
   return likely(p != NULL) ? p : strata_new_fail(size);
 }
 HIDDEN void *strata_new(size_t size) {
-  MALLOC_FAST(size);
+  MALLOC_FAST(size, RETURN_IT);
   return new_miss(size);
 }
 #endif
@@ -893,6 +896,11 @@ EXPORT void *strata_calloc(size_t n, size_t size) {
   if (unlikely(__builtin_mul_overflow(n, size, &total))) {
     alloc_oom();
     return NULL;
+  }
+  if (likely(!hooks_on())) {
+#define RETURN_ZEROED(p) return memset((p), 0, total)
+    MALLOC_FAST(total, RETURN_ZEROED);
+#undef RETURN_ZEROED
   }
   if (likely(total <= SZ_LOOKUP_MAX) && likely(!hooks_on())) {
     void *p = strata_malloc(total);
