@@ -555,8 +555,12 @@ void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n
     bin->rchain[bin->nrchain].tail = tail;
     bin->rchain[bin->nrchain].n = n;
     bin->nrchain++;
-  } else { /* all slots used: prepend to the newest chain */
-    rchain_t *c = &bin->rchain[bin->nrchain - 1];
+  } else {
+    /* All slots used: prepend to the oldest chain. Fills take the newest chains whole
+     * while they fit in the bin; a long newest chain would make every fill walk to a cut
+     * point under the lock (xmalloc-test: one thread frees what another allocates).
+     * The oldest is the first the cap drains. */
+    rchain_t *c = &bin->rchain[0];
     LINK_SET(tail, c->head);
     c->head = head;
     c->n += n;

@@ -229,6 +229,44 @@ static void test_long_remote_chain_drains_every_piece(void) {
   bin_dalloc_batch(a, ind, buf, again);
 }
 
+/* More chains than the bin has slots: the overflow goes onto the oldest chain, so the
+ * newest ones stay as short as they came and a fill takes them whole, with no walk to a
+ * cut point; every region still gets home. */
+static void test_chains_past_the_slots_join_the_oldest(void) {
+  szind_t ind = sz_size2index(64);
+  bin_t *bin = &a->bins[ind];
+  bin_release_spare(a, ind);
+  enum { SLOTS = sizeof(bin->rchain) / sizeof(bin->rchain[0]), PER = 8, CHAINS = SLOTS + 4 };
+  static void *buf[CHAINS * PER];
+  size_t curregs = bin->curregs;
+  CHECK_EQ(bin->remote_count, 0);
+  unsigned n = bin_fill(a, ind, buf, CHAINS * PER);
+  CHECK_EQ(n, CHAINS * PER);
+  for (unsigned c = 0; c < CHAINS; c++) {
+    void **r = &buf[c * PER];
+    for (unsigned i = 0; i + 1 < PER; i++) LINK_SET(r[i], r[i + 1]);
+    LINK_SET(r[PER - 1], NULL);
+    bin_push_remote(a, ind, r[0], r[PER - 1], PER);
+  }
+  CHECK_EQ(bin->nrchain, SLOTS);
+  CHECK_EQ(bin->remote_count, CHAINS * PER);
+  CHECK_EQ(bin->rchain[SLOTS - 1].n, PER);                        /* the newest: as pushed */
+  CHECK(bin->rchain[SLOTS - 1].head == buf[(SLOTS - 1) * PER]);   /* the last that found a slot */
+  CHECK_EQ(bin->rchain[0].n, (CHAINS - SLOTS + 1) * PER);         /* the oldest took the rest */
+  /* A fill of two chains' worth takes the two newest whole. */
+  void *head;
+  CHECK_EQ(bin_fill_list_upto(a, ind, &head, 2 * PER, 2 * PER, NULL), 2 * PER);
+  CHECK_EQ(bin->nrchain, SLOTS - 2);
+  CHECK_EQ(bin->remote_count, (CHAINS - 2) * PER);
+  unsigned k = 0;
+  for (void *r = head; r; r = link_next(r, ind)) buf[k++] = r;
+  CHECK_EQ(k, 2 * PER);
+  bin_dalloc_batch(a, ind, buf, k);
+  bin_release_spare(a, ind);
+  CHECK_EQ(bin->remote_count, 0);
+  CHECK_EQ(bin->curregs, curregs);
+}
+
 /* No memory for a bitmap: frees into a full slab never fail; the regions wait on the
  * bin's remote chains (still counted as handed out), the next fill hands them out, and
  * a drain that cannot place them ends. */
@@ -612,6 +650,7 @@ int main(void) {
   RUN(test_flush_local_takes_own_regions_and_stops_at_others);
   RUN(test_bad_frees_into_full_slab_abort);
   RUN(test_long_remote_chain_drains_every_piece);
+  RUN(test_chains_past_the_slots_join_the_oldest);
   RUN(test_bitmap_pool_exhausted_never_fails_a_free);
   RUN(test_bitmap_blocks_fit_their_bitmaps);
   RUN(test_statistics_refresh_leaves_zero_pages_of_a_record_untouched);
