@@ -901,11 +901,11 @@ EXPORT void *strata_calloc(size_t n, size_t size) {
 #define RETURN_ZEROED(p) return memset((p), 0, total)
     MALLOC_FAST(total, RETURN_ZEROED);
 #undef RETURN_ZEROED
-  }
-  if (likely(total <= SZ_LOOKUP_MAX) && likely(!hooks_on())) {
-    void *p = strata_malloc(total);
-    if (p) memset(p, 0, total);
-    return p;
+    if (likely(total <= SZ_LOOKUP_MAX)) { /* the fast path was tried: malloc's miss */
+      void *p = malloc_slow(total);
+      if (p) memset(p, 0, total);
+      return p;
+    }
   }
   tsd_t *tsd = tsd_fetch();
   szind_t ind = sz_size2index(total);
