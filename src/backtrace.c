@@ -567,8 +567,12 @@ void bt_postfork(bool child) {
 /* A signal handler that unwinds (guard_free's report of a free in the handler, a test's
  * handler) while its thread is inside an unwind, or waiting for bt_lock, must not wait on
  * itself: bt_busy is set before the lock is taken, and such a nested unwind runs without
- * it (the loader's lock is recursive; only a fork during that rare nested unwind is
- * unguarded, as every unwind was before bt_lock). */
+ * it (only a fork during that rare nested unwind is unguarded, as every unwind was before
+ * bt_lock). Nor may it call dl_iterate_phdr: the interrupted unwind may be inside it, with
+ * the loader's lock taken but its owner not yet recorded, and the nested call then waits
+ * for itself (unit_backtrace hung about 1 run in 30 so). A nested unwind therefore uses
+ * libgcc's unwinder, which asks _dl_find_object (no lock), and skips the one-time look for
+ * strata's own text. */
 static __thread bool bt_busy __attribute__((tls_model("initial-exec")));
 
 static inline unsigned bt_collect(uintptr_t *frames, unsigned max, int mode) {
@@ -579,13 +583,13 @@ static inline unsigned bt_collect(uintptr_t *frames, unsigned max, int mode) {
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
     mtx_lock(&bt_lock);
   }
-  if (!__atomic_load_n(&self_known, __ATOMIC_ACQUIRE)) {
+  if (!nested && !__atomic_load_n(&self_known, __ATOMIC_ACQUIRE)) {
     dl_iterate_phdr(self_cb, (void *)(uintptr_t)&strata_backtrace); /* idempotent */
     __atomic_store_n(&self_known, true, __ATOMIC_RELEASE);
   }
   bt_state_t s = {frames, 0, max, true, false, __atomic_load_n(&self_lo, __ATOMIC_RELAXED),
                   __atomic_load_n(&self_hi, __ATOMIC_RELAXED)};
-  bt_unwind(&s, mode);
+  bt_unwind(&s, nested ? 1 : mode);
   /* Opaque here, so that no compiler threads the two tests of nested into two copies of
    * the call above: both unwinders must return through one call site (bt_unwind's). */
   __asm__ volatile("" : "+r"(nested));
