@@ -166,20 +166,30 @@ static void decay_arena_locked(arena_t *a) {
   } else {
     peak_rotate(a, now);
   }
+  uint64_t dirty_epoch = a->ddecay.epoch_ns, muzzy_epoch = a->mdecay.epoch_ns;
   size_t keep = decay_step(&a->ddecay, a->dirty.npages, now);
   size_t cap = dirty_cap(a);
   /* Batch: well under the cap; when the cap comes from a recent peak only down to it
    * (each purged page faults in again on reuse). */
   bool from_peak = a->huge || cap > (a->nactive > DIRTY_CAP_MIN / os_page ? a->nactive : DIRTY_CAP_MIN / os_page);
   if (a->dirty.npages > cap && keep > cap / 2) keep = a->huge ? cap : from_peak ? cap - cap / 4 : cap / 2;
-  if (keep < a->dirty.npages) extent_purge(a, ES_DIRTY, keep, decay_ms(&a->mdecay) != 0);
-  a->ddecay.nunpurged = a->dirty.npages;
+  /* The step's new pages are measured from the set as the last step (or purge) left it,
+   * not as the last call saw it: a call between two steps (a background wake per 4 MiB of
+   * frees, a free over the cap) would otherwise hide what came before it, and a set that
+   * rises and falls with reuse (malloc-large: 5-25 MiB blocks replaced in turn) would be
+   * purged from a backlog that never recorded its frees, each purged page faulting in
+   * again at its next use. */
+  bool purged = keep < a->dirty.npages;
+  if (purged) extent_purge(a, ES_DIRTY, keep, decay_ms(&a->mdecay) != 0);
+  if (purged || a->ddecay.epoch_ns != dirty_epoch) a->ddecay.nunpurged = a->dirty.npages;
   if (a->huge) huge_note(a);
+  purged = false;
   if (a->muzzy.npages) {
     keep = decay_step(&a->mdecay, a->muzzy.npages, now);
-    if (keep < a->muzzy.npages) extent_purge(a, ES_MUZZY, keep, false);
+    purged = keep < a->muzzy.npages;
+    if (purged) extent_purge(a, ES_MUZZY, keep, false);
   }
-  a->mdecay.nunpurged = a->muzzy.npages;
+  if (purged || a->mdecay.epoch_ns != muzzy_epoch || a->muzzy.npages == 0) a->mdecay.nunpurged = a->muzzy.npages;
 }
 
 /* The oversize arena's dirty pages beyond DIRTY_CAP_MIN are kept for its own reuse; when
