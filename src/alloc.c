@@ -772,10 +772,10 @@ static NOINLINE void free_slow(void *p, bool use_tcache, const char *func) {
 }
 
 /* The free fast path's push: true when p went into the thread cache. e is p's page-map
- * entry (entry j of leaf), whose class field is the bin's offset (0 unless p is in a slab or starts a
- * cached large block; bin 0 never has room). */
+ * fast word (entry j of leaf), whose class field is the bin's offset (0 unless p is in a
+ * slab or starts a cached large block; bin 0 never has room). */
 static inline bool free_fast(void *p, const uint64_t *leaf, size_t j, uint64_t e) {
-  tbin_t *b = (tbin_t *)((char *)strata_tsd.tcache + rt_field(e));
+  tbin_t *b = (tbin_t *)((char *)strata_tsd.tcache + rt_fast_field(e));
   /* p must be a region start: (p - base) x c32 mod 2^32 < c32, base x c32 being the
    * granule's check word (internal.h, rtree_chk): exact for every class and offset. A
    * region that already carries its free tag is freed twice. Both go to the slow path,
@@ -788,9 +788,10 @@ static inline bool free_fast(void *p, const uint64_t *leaf, size_t j, uint64_t e
 #else
   start *= b->c32;
 #endif
-  /* A sub from memory, indexed as the entry (no slot address). A plain read (an atomic
-   * one would not fold into the sub): the block's owner wrote the word before the block
-   * could reach this thread, and nobody writes it while the block is live. */
+  /* A sub from memory, the fast word's high half (the line e came from; no slot address).
+   * A plain read (an atomic one would not fold into the sub): the block's owner wrote the
+   * word before the block could reach this thread, and nobody changes it while the block
+   * is live. */
   start -= rtree_chk(leaf, j);
   uintptr_t tag = TAG_OF(p);
   if (likely(start < b->c32 && TAG_WORD(p) != tag)) {
@@ -815,7 +816,7 @@ full:
 #endif
 }
 
-/* rtree_slot's lookup, as the leaf and the index in it (free_fast reads two words at that
+/* rtree_slot's lookup, as the leaf and the index in it (free_fast reads the fast word at that
  * index); NULL when p is outside the map. */
 static inline const uint64_t *free_leaf(const void *p, size_t *j) {
   size_t i = (uintptr_t)p >> (LG_GRAN + RT_LG_LEAF);
@@ -880,7 +881,7 @@ static inline void free_sized_impl(void *p, size_t size, const char *func) {
     uint64_t e = __atomic_load_n(&leaf[j], __ATOMIC_RELAXED);
     /* malloc's table gives the size's bin offset, the page map's field the block's: one
      * compare (with prof:true the table is all 0, and sized frees take the slow path). */
-    if (likely(rt_field(e) == sz_malloc_lookup_read(size)) && likely(free_fast(p, leaf, j, e))) return;
+    if (likely(rt_fast_field(e) == sz_malloc_lookup_read(size)) && likely(free_fast(p, leaf, j, e))) return;
   }
   sized_free_slow(p, size, 0, true, func);
 }

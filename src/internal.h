@@ -200,7 +200,8 @@ HIDDEN void meta_base_delete(arena_t *a, meta_base_t *mb); /* detached from a, w
 /* ------------------------------------------------------------------ rtree.c */
 /*
  * Page map: a 2-level radix tree over 47-bit addresses keyed by 4 KiB granule (fixed,
- * whatever the OS page size, so the shifts are constants). An entry packs
+ * whatever the OS page size, so the shifts are constants). An entry, as rtree_read
+ * returns it, packs
  *   bits 48..63  the size class of a slab granule, 0 for every other entry (large
  *                extents, free extents), as the byte offset of the class's bin in a
  *                thread cache (class x TBIN_SIZE): the free fast path adds it to the
@@ -209,14 +210,20 @@ HIDDEN void meta_base_delete(arena_t *a, meta_base_t *mb); /* detached from a, w
  *   bit   0      slab
  * Slabs map every granule; other extents map their first and last granule (for free()
  * and for coalescing with neighbours).
- * Each entry has a check word at the same index in a parallel array (the leaf's second
- * 2 MiB, rtree_chk): for a granule whose entry names a class, the low 32 bits of
+ * It is stored as two words at the same index, one in each half of the leaf:
+ *   the fast word (first 2 MiB): bits 0..15 the class field, bits 32..63 the check word;
+ *   the slow word (second 2 MiB): the edata pointer and the slab bit (bits 0..47).
+ * The check word, for a granule whose entry names a class, is the low 32 bits of
  * base x c, base the address of the slab (or large block) and c the class's
  * region-start multiplier (tbin_t.c32). p is a region start iff
  * (p x c - chk) mod 2^32 < c (Lemire's divisibility test on p - base; exact while
  * slab size x region size stays under 2^32, which sz_init checks): free()'s exact
  * interior-pointer test, one multiply and one compare, its operands already at hand.
- * L1 lives in .bss (1 MiB, untouched pages cost nothing); leaves (2 MiB, 1 GiB of
+ * The free fast path needs only the class and the check word, so it reads one cache line
+ * of the map, not two (docs/design.md, "Hot paths"). Writers store the slow word before
+ * a fast word that names a class, and clear the fast word first; rtree_read reads the
+ * fast word first, so a class it sees comes with its edata.
+ * L1 lives in .bss (1 MiB, untouched pages cost nothing); leaves (4 MiB, 1 GiB of
  * address space each) are mapped on demand and never unmapped; their pages whose entries
  * are all zero are purged in place (rtree_purge). L1 holds each leaf's address biased by
  * minus its first granule's index (rtree_leaf undoes it), so that an address's entry is
@@ -235,6 +242,29 @@ static inline uint64_t *rtree_leaf(size_t i, uint64_t *biased) {
 }
 HIDDEN extern mtx_t rtree_lock;
 
+#define RT_SZ_SHIFT 48
+#define RT_SLAB ((uint64_t)1)
+#define RT_PTR_MASK ((((uint64_t)1) << RT_SZ_SHIFT) - 16)
+#define RT_SLOW_MASK ((((uint64_t)1) << RT_SZ_SHIFT) - 1)
+#define RT_CHK_MASK (~(uint64_t)0 << 32)
+#define TBIN_SIZE 40 /* sizeof(tbin_t), checked there: the entries' class field is in its units */
+#define rt_field(e) ((unsigned)((e) >> RT_SZ_SHIFT)) /* class x TBIN_SIZE */
+#define rt_szind(e) (rt_field(e) / TBIN_SIZE)
+#define rt_edata(e) ((edata_t *)(uintptr_t)((e) & RT_PTR_MASK))
+#define rt_make(ed, ind, slab) \
+  (((uint64_t)(ind) * TBIN_SIZE << RT_SZ_SHIFT) | (uint64_t)(uintptr_t)(ed) | ((slab) ? RT_SLAB : 0))
+/* A fast word's class field (free's fast path). */
+#define rt_fast_field(f) ((unsigned)(uint16_t)(f))
+/* The slow word of the entry whose fast word is at s. */
+#define rtree_slow(s) ((s) + RT_LEAF_SIZE)
+/* The check word of entry j of a leaf: the fast word's high half, read as uint32_t so
+ * that the free fast path subtracts it from memory (its line is the entry's). */
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the page map's fast word is laid out for little-endian"
+#endif
+#define rtree_chk(leaf, j) (((const uint32_t *)&(leaf)[j])[1])
+
+/* The fast word of address a, or NULL when a is outside the map. */
 static inline uint64_t *rtree_slot(uintptr_t a) {
   size_t i = a >> (LG_GRAN + RT_LG_LEAF);
   if (unlikely(i >= RT_L1_SIZE)) return NULL;
@@ -244,39 +274,42 @@ static inline uint64_t *rtree_slot(uintptr_t a) {
 }
 static inline uint64_t rtree_read(uintptr_t a) {
   uint64_t *s = rtree_slot(a);
-  return s ? __atomic_load_n(s, __ATOMIC_ACQUIRE) : 0;
+  if (s == NULL) return 0;
+  uint64_t f = __atomic_load_n(s, __ATOMIC_ACQUIRE);
+  return (uint64_t)rt_fast_field(f) << RT_SZ_SHIFT | __atomic_load_n(rtree_slow(s), __ATOMIC_ACQUIRE);
+}
+/* Stores entry v at fast word s, keeping the check word while v is not 0 (prof.c takes a
+ * granule's class away and gives it back while its slab lives). */
+static inline void rtree_store(uint64_t *s, uint64_t v) {
+  if (v == 0) {
+    __atomic_store_n(s, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(rtree_slow(s), 0, __ATOMIC_RELEASE);
+    return;
+  }
+  __atomic_store_n(rtree_slow(s), v & RT_SLOW_MASK, __ATOMIC_RELEASE);
+  uint64_t f = (__atomic_load_n(s, __ATOMIC_RELAXED) & RT_CHK_MASK) | rt_field(v);
+  __atomic_store_n(s, f, __ATOMIC_RELEASE);
 }
 /* Writes: only for granules whose leaves exist (rtree_ensure at map time), by the owner of
  * the granule's extent. An entry that becomes zero or non-zero updates its page's count
- * (rtree.c: empty pages are purged in place). */
+ * (rtree.c: empty pages are purged in place). Every non-zero entry has an edata, so its
+ * slow word tells zero from non-zero. */
 HIDDEN void rtree_write_slow(uintptr_t a, uint64_t *s, uint64_t v);
 HIDDEN void rtree_write_range(uintptr_t a, size_t n, uint64_t v); /* n granules from a */
 static inline void rtree_write(uintptr_t a, uint64_t v) {
   uint64_t *s = rtree_slot(a);
   sassert(s != NULL);
-  if ((__atomic_load_n(s, __ATOMIC_RELAXED) == 0) != (v == 0)) {
+  sassert(v == 0 || (v & RT_PTR_MASK) != 0);
+  if ((__atomic_load_n(rtree_slow(s), __ATOMIC_RELAXED) == 0) != (v == 0)) {
     rtree_write_slow(a, s, v);
     return;
   }
-  __atomic_store_n(s, v, __ATOMIC_RELEASE);
+  rtree_store(s, v);
 }
 HIDDEN bool rtree_ensure(uintptr_t a, size_t size); /* true on failure */
 HIDDEN size_t rtree_purge(void);          /* no lock held; bytes purged */
 HIDDEN size_t rtree_resident_bytes(void); /* leaf pages that may be resident */
 HIDDEN extern void (*rtree_purge_test_hook)(void *pages, size_t n); /* unit tests only */
-#define RT_SZ_SHIFT 48
-#define RT_SLAB ((uint64_t)1)
-#define RT_PTR_MASK ((((uint64_t)1) << RT_SZ_SHIFT) - 16)
-#define TBIN_SIZE 40 /* sizeof(tbin_t), checked there: the entries' class field is in its units */
-#define rt_field(e) ((unsigned)((e) >> RT_SZ_SHIFT)) /* class x TBIN_SIZE */
-#define rt_szind(e) (rt_field(e) / TBIN_SIZE)
-#define rt_edata(e) ((edata_t *)(uintptr_t)((e) & RT_PTR_MASK))
-#define rt_make(ed, ind, slab) \
-  (((uint64_t)(ind) * TBIN_SIZE << RT_SZ_SHIFT) | (uint64_t)(uintptr_t)(ed) | ((slab) ? RT_SLAB : 0))
-/* The check word of entry j of a leaf (see above): 32 bits in an 8-byte slot of the second
- * half, so that it sits at the entry's index (one addressing mode for both), always read
- * and written as uint32_t. */
-#define rtree_chk(leaf, j) (((uint32_t *)((leaf) + RT_LEAF_SIZE))[2 * (j)])
 /* Check words of n granules from a, whose entries were just made non-zero (so that their
  * leaf page cannot be purged under the store). */
 HIDDEN void rtree_write_chk(uintptr_t a, size_t n, uint32_t chk);

@@ -27,15 +27,15 @@ void (*rtree_purge_test_hook)(void *pages, size_t n); /* tests: runs between cla
 #define RT_CNT_CLEAN 0x20000000u   /* not resident (fresh or purged): nothing to purge */
 #define RT_CNT_MASK 0x0fffffffu
 
-/* Pages of entries; each has a page of check words at the same offset in the second half
- * (rtree_chk), counted, pinned and purged with it: "a page" below is that pair. */
+/* Pages of fast words; each has a page of slow words at the same offset in the second
+ * half (internal.h), counted, pinned and purged with it: "a page" below is that pair. */
 static inline size_t leaf_pages(void) { return RT_LEAF_SIZE * sizeof(uint64_t) / os_page; }
-/* The counts follow the leaf's entries and check words in the same mapping. */
+/* The counts follow the leaf's fast and slow words in the same mapping. */
 static inline uint32_t *leaf_counts(uint64_t *leaf) { return (uint32_t *)(leaf + 2 * RT_LEAF_SIZE); }
 static inline size_t leaf_map_bytes(void) {
   return 2 * RT_LEAF_SIZE * sizeof(uint64_t) + ((leaf_pages() * sizeof(uint32_t) + os_page - 1) & ~(os_page - 1));
 }
-#define RT_PAIR_BYTES (2 * os_page) /* a page of entries and its page of check words */
+#define RT_PAIR_BYTES (2 * os_page) /* a page of fast words and its page of slow words */
 
 bool rtree_ensure(uintptr_t a, size_t size) {
   uintptr_t end = a + size - 1;
@@ -111,8 +111,8 @@ void rtree_write_range(uintptr_t a, size_t n, uint64_t v) {
     if (v != 0) {
       count_pin(c);
       for (size_t i = 0; i < k; i++) {
-        changed += __atomic_load_n(&s[i], __ATOMIC_RELAXED) == 0;
-        __atomic_store_n(&s[i], v, __ATOMIC_RELEASE);
+        changed += __atomic_load_n(rtree_slow(&s[i]), __ATOMIC_RELAXED) == 0;
+        rtree_store(&s[i], v);
       }
       if (changed != 1) { /* the pin counted one */
         if (changed > 1) {
@@ -123,8 +123,8 @@ void rtree_write_range(uintptr_t a, size_t n, uint64_t v) {
       }
     } else {
       for (size_t i = 0; i < k; i++) {
-        if (__atomic_load_n(&s[i], __ATOMIC_RELAXED) == 0) continue;
-        __atomic_store_n(&s[i], 0, __ATOMIC_RELEASE);
+        if (__atomic_load_n(rtree_slow(&s[i]), __ATOMIC_RELAXED) == 0) continue;
+        rtree_store(&s[i], 0);
         changed++;
       }
       if (changed) count_sub(c, changed);
@@ -136,22 +136,22 @@ void rtree_write_range(uintptr_t a, size_t n, uint64_t v) {
 
 void rtree_write_chk(uintptr_t a, size_t n, uint32_t chk) {
   for (; n; n--, a += GRAN) {
-    uint64_t *biased = __atomic_load_n(&rtree_l1[a >> (LG_GRAN + RT_LG_LEAF)], __ATOMIC_ACQUIRE);
-    size_t j = a >> LG_GRAN; /* biased: the global index */
-    sassert(biased != NULL && __atomic_load_n(&biased[j], __ATOMIC_RELAXED) != 0);
-    __atomic_store_n(&rtree_chk(biased, j), chk, __ATOMIC_RELAXED);
+    uint64_t *s = rtree_slot(a);
+    sassert(s != NULL && __atomic_load_n(rtree_slow(s), __ATOMIC_RELAXED) != 0);
+    uint64_t f = (__atomic_load_n(s, __ATOMIC_RELAXED) & ~RT_CHK_MASK) | (uint64_t)chk << 32;
+    __atomic_store_n(s, f, __ATOMIC_RELEASE);
   }
 }
 
 void rtree_write_slow(uintptr_t a, uint64_t *s, uint64_t v) {
   uint32_t *c = count_of(a);
   if (v == 0) {
-    __atomic_store_n(s, 0, __ATOMIC_RELEASE);
+    rtree_store(s, 0);
     count_sub(c, 1);
     return;
   }
   count_pin(c);
-  __atomic_store_n(s, v, __ATOMIC_RELEASE);
+  rtree_store(s, v);
 }
 
 /* Purges the leaf pages whose entries are all zero and that may be resident; pages, in
