@@ -51,7 +51,7 @@ static inline arena_t *tsd_arena(tsd_t *tsd, size_t usize) {
 /* An 8-byte region handed to the program: its free-map bit (internal.h, tiny_fmap) goes.
  * A bit already clear means the region was handed out twice: a free list was corrupted. */
 static inline void tiny_mark_used(void *p) {
-  edata_t *ed = rt_edata(rtree_read((uintptr_t)p));
+  edata_t *ed = rt_edata(rtree_read_slow((uintptr_t)p));
   uint64_t *fm = ed->slab ? tiny_fmap(ed) : NULL; /* not a sampled block's page */
   if (fm == NULL) return;
   uint64_t regind = ((uintptr_t)p - ed->addr) >> 3, bit = (uint64_t)1 << (regind % 64);
@@ -124,7 +124,7 @@ static NOINLINE void *ialloc_prof(tsd_t *tsd, void *p, szind_t ind, bool zero) {
   if (p == NULL) return NULL;
   size_t usize = sz_size[ind];
   if (prof_take_record(usize) && ind <= SZ_NSMALL) {
-    edata_t *ed = rt_edata(rtree_read((uintptr_t)p));
+    edata_t *ed = rt_edata(rtree_read_slow((uintptr_t)p));
     void *q = ed->slab ? prof_promote(tsd, ind, arena_of(ed), zero || opt.zero) : NULL;
     if (q != NULL) {
       bin_dalloc_batch(arena_of(ed), ind, &p, 1);
@@ -220,7 +220,7 @@ static void *ialloc_aligned(tsd_t *tsd, size_t size, size_t align, bool zero, bo
 /* The class of a block strata owns, or 0: slab granules carry it in the rtree entry;
  * a large block must be an active extent and p its first byte. */
 static inline szind_t owned_szind(const void *p, edata_t **edp) {
-  uint64_t e = rtree_read((uintptr_t)p);
+  uint64_t e = rtree_read_slow((uintptr_t)p); /* the class comes from the edata */
   edata_t *ed = rt_edata(e);
   *edp = ed;
   if (ed == NULL) return 0;

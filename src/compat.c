@@ -262,7 +262,7 @@ typedef struct {
 
 /* bv NULL: the short form. */
 static void util_get(const void *p, util_t *u, util_verbose_t *bv) {
-  edata_t *ed = rt_edata(rtree_read((uintptr_t)p));
+  edata_t *ed = rt_edata(rtree_read_slow((uintptr_t)p));
   memset(u, 0, sizeof(*u));
   if (bv) memset(bv, 0, sizeof(*bv));
   if (ed == NULL || ed->state != ES_ACTIVE || ed->arena_id == 0) return;

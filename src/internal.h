@@ -278,6 +278,23 @@ static inline uint64_t rtree_read(uintptr_t a) {
   uint64_t f = __atomic_load_n(s, __ATOMIC_ACQUIRE);
   return (uint64_t)rt_fast_field(f) << RT_SZ_SHIFT | __atomic_load_n(rtree_slow(s), __ATOMIC_ACQUIRE);
 }
+/* The slow word alone: the entry without its class field (edata and slab bit), one load,
+ * for paths that need no class. */
+static inline uint64_t rtree_read_slow(uintptr_t a) {
+  uint64_t *s = rtree_slot(a);
+  return s ? __atomic_load_n(rtree_slow(s), __ATOMIC_ACQUIRE) : 0;
+}
+/* Both words, unjoined: the slow word returned, the class field in *field (flushes test
+ * the slab bit and the class without joining them into an entry). */
+static inline uint64_t rtree_read_split(uintptr_t a, unsigned *field) {
+  uint64_t *s = rtree_slot(a);
+  if (s == NULL) {
+    *field = 0;
+    return 0;
+  }
+  *field = rt_fast_field(__atomic_load_n(s, __ATOMIC_ACQUIRE));
+  return __atomic_load_n(rtree_slow(s), __ATOMIC_ACQUIRE);
+}
 /* Stores entry v at fast word s, keeping the check word while v is not 0 (prof.c takes a
  * granule's class away and gives it back while its slab lives). */
 static inline void rtree_store(uint64_t *s, uint64_t v) {

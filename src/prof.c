@@ -592,7 +592,7 @@ void prof_after(tsd_t *tsd, void *p, size_t usize) {
   bool recorded = false;
   double rate = (double)sample_mean();
   double w = 1.0 / prof_one_minus_exp_neg((double)usize / rate);
-  edata_t *ed = rt_edata(rtree_read((uintptr_t)p));
+  edata_t *ed = rt_edata(rtree_read_slow((uintptr_t)p));
   bool gdump = false;
   mtx_lock(&prof_lock);
   prof_stack_t *st = prof_stack_intern(frames, n);

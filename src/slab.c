@@ -433,9 +433,10 @@ static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szi
   for (; done < n; done++) {
     uint64_t diff = (uintptr_t)p - base;
     if (unlikely(diff > last)) {
-      uint64_t e = rtree_read((uintptr_t)p);
+      unsigned field;
+      uint64_t e = rtree_read_split((uintptr_t)p, &field);
       edata_t *t = rt_edata(e);
-      if (!(e & RT_SLAB) || rt_field(e) != rt_ind * TBIN_SIZE || t == NULL || t->arena_id != id || (uintptr_t)p - t->addr > slab_last(t, size))
+      if (!(e & RT_SLAB) || field != rt_ind * TBIN_SIZE || t == NULL || t->arena_id != id || (uintptr_t)p - t->addr > slab_last(t, size))
         break;
       uint64_t *tbm = t->bitmap;
       if (tbm == NULL && (tbm = slab_bitmap_regain(a, bin, ind, t)) == NULL) break;
@@ -481,7 +482,7 @@ void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, uint32_t
   *donep = 0;
   /* A batch that starts in another arena's slab (remote frees) goes the general way
    * without taking this bin's lock; the walk checks again under it. */
-  uint64_t e0 = rtree_read((uintptr_t)p);
+  uint64_t e0 = rtree_read_slow((uintptr_t)p);
   if (!(e0 & RT_SLAB) || rt_edata(e0) == NULL || __atomic_load_n(&rt_edata(e0)->arena_id, __ATOMIC_RELAXED) != a->ind + 1)
     return p;
   arena_tally(mtx_lock(&bin->lock));
@@ -503,7 +504,7 @@ static unsigned chain_runs(void *head, uint32_t n, szind_t ind, slab_run_t *runs
   unsigned nruns = 0;
   void *p = head;
   for (; n > 0; n--) {
-    edata_t *s = rt_edata(rtree_read((uintptr_t)p));
+    edata_t *s = rt_edata(rtree_read_slow((uintptr_t)p));
     if (nruns > 0 && runs[nruns - 1].slab == s) {
       runs[nruns - 1].len++;
     } else {

@@ -304,8 +304,10 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
   for (;;) {
     uint64_t diff = (uintptr_t)p - lo;
     if (unlikely(diff > last)) {
-      uint64_t e = rtree_read((uintptr_t)p);
-      if (unlikely(!(e & RT_SLAB) || rt_field(e) != rt_ind * TBIN_SIZE) && !flush_prof_class_ok(e, ind))
+      unsigned field;
+      uint64_t e = rtree_read_split((uintptr_t)p, &field);
+      if (unlikely(!(e & RT_SLAB) || field != rt_ind * TBIN_SIZE) &&
+          !flush_prof_class_ok((uint64_t)field << RT_SZ_SHIFT | e, ind))
         strata_invalid_free("free", p);
       if (sc.nruns) runs[sc.nruns - 1].len = run_k - k;
       edata_t *slab = rt_edata(e);
@@ -387,7 +389,7 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
     tbin_avail_move(b, n);
     if (ind > SZ_NSMALL) {
       for (uint32_t i = 0; i < n; i++) {
-        uint64_t e = rtree_read((uintptr_t)p);
+        uint64_t e = rtree_read_slow((uintptr_t)p);
         edata_t *ed = rt_edata(e);
         if (unlikely(!ed || (e & RT_SLAB) || ed->state != ES_ACTIVE || ed->szind != ind ||
                      ed->addr != (uintptr_t)p))
@@ -464,7 +466,7 @@ static void tcache_gc_visit(tcache_t *tc, szind_t ind);
 
 /* Whether block p lies in cache tc's own arena (one page-map read: overflows only). */
 static bool tcache_block_is_local(const tcache_t *tc, const void *p) {
-  const edata_t *ed = rt_edata(rtree_read((uintptr_t)p));
+  const edata_t *ed = rt_edata(rtree_read_slow((uintptr_t)p));
   return ed != NULL && tc->arena != NULL && edata_arena_ind(ed) == tc->arena->ind;
 }
 
