@@ -253,8 +253,10 @@ HIDDEN extern mtx_t rtree_lock;
 #define rt_edata(e) ((edata_t *)(uintptr_t)((e) & RT_PTR_MASK))
 #define rt_make(ed, ind, slab) \
   (((uint64_t)(ind) * TBIN_SIZE << RT_SZ_SHIFT) | (uint64_t)(uintptr_t)(ed) | ((slab) ? RT_SLAB : 0))
-/* A fast word's class field (free's fast path). */
+/* A fast word's class field (free's fast path), and an entry from a class field and a
+ * slow word. */
 #define rt_fast_field(f) ((unsigned)(uint16_t)(f))
+#define rt_join(field, slow) ((uint64_t)(field) << RT_SZ_SHIFT | (slow))
 /* The slow word of the entry whose fast word is at s. */
 #define rtree_slow(s) ((s) + RT_LEAF_SIZE)
 /* The check word of entry j of a leaf: the fast word's high half, read as uint32_t so
@@ -272,18 +274,6 @@ static inline uint64_t *rtree_slot(uintptr_t a) {
   if (unlikely(biased == NULL)) return NULL;
   return &biased[a >> LG_GRAN];
 }
-static inline uint64_t rtree_read(uintptr_t a) {
-  uint64_t *s = rtree_slot(a);
-  if (s == NULL) return 0;
-  uint64_t f = __atomic_load_n(s, __ATOMIC_ACQUIRE);
-  return (uint64_t)rt_fast_field(f) << RT_SZ_SHIFT | __atomic_load_n(rtree_slow(s), __ATOMIC_ACQUIRE);
-}
-/* The slow word alone: the entry without its class field (edata and slab bit), one load,
- * for paths that need no class. */
-static inline uint64_t rtree_read_slow(uintptr_t a) {
-  uint64_t *s = rtree_slot(a);
-  return s ? __atomic_load_n(rtree_slow(s), __ATOMIC_ACQUIRE) : 0;
-}
 /* Both words, unjoined: the slow word returned, the class field in *field (flushes test
  * the slab bit and the class without joining them into an entry). */
 static inline uint64_t rtree_read_split(uintptr_t a, unsigned *field) {
@@ -294,6 +284,18 @@ static inline uint64_t rtree_read_split(uintptr_t a, unsigned *field) {
   }
   *field = rt_fast_field(__atomic_load_n(s, __ATOMIC_ACQUIRE));
   return __atomic_load_n(rtree_slow(s), __ATOMIC_ACQUIRE);
+}
+/* The entry: the fast word first, so that a class it sees comes with its edata. */
+static inline uint64_t rtree_read(uintptr_t a) {
+  unsigned field;
+  uint64_t e = rtree_read_split(a, &field);
+  return rt_join(field, e);
+}
+/* The slow word alone: the entry without its class field (edata and slab bit), one load,
+ * for paths that need no class. */
+static inline uint64_t rtree_read_slow(uintptr_t a) {
+  uint64_t *s = rtree_slot(a);
+  return s ? __atomic_load_n(rtree_slow(s), __ATOMIC_ACQUIRE) : 0;
 }
 /* Stores entry v at fast word s, keeping the check word while v is not 0 (prof.c takes a
  * granule's class away and gives it back while its slab lives). */

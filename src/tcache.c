@@ -307,7 +307,7 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
       unsigned field;
       uint64_t e = rtree_read_split((uintptr_t)p, &field);
       if (unlikely(!(e & RT_SLAB) || field != rt_ind * TBIN_SIZE) &&
-          !flush_prof_class_ok((uint64_t)field << RT_SZ_SHIFT | e, ind))
+          !flush_prof_class_ok(rt_join(field, e), ind))
         strata_invalid_free("free", p);
       if (sc.nruns) runs[sc.nruns - 1].len = run_k - k;
       edata_t *slab = rt_edata(e);
