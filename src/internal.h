@@ -548,8 +548,8 @@ typedef struct {
   uint64_t *bm_spare;   /* one bitmap kept for the next slab (slabs come and go in pairs) */
   /* Regions freed by threads of other arenas, handed over as whole chains (tagged, still
    * in curregs); the next fill takes whole chains first. 32: a consumer's burst fills up
-   * to 16 producer batches' worth without merging chains past a fill's room, which a fill
-   * would have to cut by walking (docs/design.md, "Thread caches"). */
+   * to 16 producer batches' worth; past them a batch goes to its bitmaps (docs/design.md,
+   * "Thread caches"). */
   rchain_t rchain[32];
   uint32_t nrchain;
   uint32_t remote_count;
@@ -586,8 +586,10 @@ HIDDEN void bin_dalloc_runs(arena_t *a, szind_t ind, slab_run_t *runs, unsigned 
  * returns the link after the n-th (slab.c). */
 HIDDEN void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, uint32_t n, uint32_t *done);
 /* Hands a chain of n validated regions (head..tail, linked through their first word) of
- * arena a's class ind over to that bin, in O(1) unless the bin holds too many already. */
-HIDDEN void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n);
+ * arena a's class ind over to that bin in O(1); when the bin holds too many already, the
+ * regions go to their bitmaps by runs, which must cover the same chain. */
+HIDDEN void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n, slab_run_t *runs,
+                            unsigned nruns);
 HIDDEN void bin_release_spare(arena_t *a, szind_t ind);
 /* The 8-byte class's free: region p of slab s (arena a) back to its bitmap alone, without
  * bin_dalloc_batch's chain walk. Reports (as func) a pointer that is no region start or a

@@ -539,35 +539,31 @@ static void bin_drain_remote(arena_t *a, szind_t ind, uint32_t keep) {
   }
 }
 
-/* A bin holds at most this many bytes of handed-over regions (at least 64 regions);
- * past it the oldest chains go back to the bitmaps until half remain, so an arena whose
- * threads stopped allocating a class does not keep its slabs pinned. 1 MiB holds the 16
- * batches of 1,000 objects a producer may run ahead in bench/figures' producer/consumer
- * (when the consumer's frees come in one burst, as under callgrind's serialised threads). */
+/* A bin holds at most this many bytes of handed-over regions (at least 64 regions), in
+ * at most its 32 chain slots; a batch that would pass either goes to its slabs' bitmaps
+ * instead (bin_push_remote), so an arena whose threads stopped allocating a class keeps
+ * at most this much pinned. 1 MiB holds the 16 batches of 1,000 objects a producer may
+ * run ahead in bench/figures' producer/consumer (when the consumer's frees come in one
+ * burst, as under callgrind's serialised threads). */
 #define REMOTE_MAX_BYTES ((size_t)1 << 20)
 
-void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n) {
+void bin_push_remote(arena_t *a, szind_t ind, void *head, void *tail, uint32_t n, slab_run_t *runs,
+                     unsigned nruns) {
   bin_t *bin = &a->bins[ind];
   size_t cap = REMOTE_MAX_BYTES / bin_info[ind].size;
   if (cap < 64) cap = 64;
   mtx_lock(&bin->lock); /* not tallied: the allocating side's fills show the contention */
-  if (bin->nrchain < sizeof(bin->rchain) / sizeof(bin->rchain[0])) {
-    bin->rchain[bin->nrchain].head = head;
-    bin->rchain[bin->nrchain].tail = tail;
-    bin->rchain[bin->nrchain].n = n;
-    bin->nrchain++;
+  if (bin->remote_count + n > cap || bin->nrchain == sizeof(bin->rchain) / sizeof(bin->rchain[0])) {
+    /* Full: the batch goes to its bitmaps by the runs the flush's scan cut, so no region
+     * is looked up again. Draining the oldest chain instead read the page map once per
+     * region, and joining a full bin's chains made fills cut them by walking
+     * (docs/design.md, "Thread caches", Flushes). */
+    bin_dalloc_runs_locked(a, ind, runs, nruns);
   } else {
-    /* All slots used: prepend to the oldest chain. Fills take the newest chains whole
-     * while they fit in the bin; a long newest chain would make every fill walk to a cut
-     * point under the lock (xmalloc-test: one thread frees what another allocates).
-     * The oldest is the first the cap drains. */
-    rchain_t *c = &bin->rchain[0];
-    LINK_SET(tail, c->head);
-    c->head = head;
-    c->n += n;
+    bin->rchain[bin->nrchain] = (rchain_t){head, tail, n};
+    bin->nrchain++;
+    bin->remote_count += n;
   }
-  bin->remote_count += n;
-  if (bin->remote_count > cap) bin_drain_remote(a, ind, (uint32_t)(cap / 2));
   mtx_unlock(&bin->lock);
   arena_maybe_purge(a);
 }

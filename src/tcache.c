@@ -341,7 +341,7 @@ static inline __attribute__((always_inline)) void flush_batch(tbin_t *b, szind_t
   if (sc.one_remote) {
     /* Cross-thread frees: the chain goes to the owner bin as it is, one lock and no
      * bitmap work per batch (double frees were caught by the tag at free()). */
-    bin_push_remote(arenas[sc.remote - 1], ind, p, sc.last, n);
+    bin_push_remote(arenas[sc.remote - 1], ind, p, sc.last, n, runs, sc.nruns);
     return;
   }
   /* One bin lock per owning arena (usually one). */

@@ -22,6 +22,23 @@ static edata_t *slab_of(void *p) {
   return (e & RT_SLAB) ? rt_edata(e) : NULL;
 }
 
+/* Links buf[0..n) into a chain and cuts it into runs of one slab, as a flush's scan does
+ * before it hands a chain over (bin_push_remote). */
+static unsigned chain_with_runs(void **buf, unsigned n, slab_run_t *runs) {
+  unsigned nruns = 0;
+  for (unsigned i = 0; i < n; i++) {
+    if (i + 1 < n) LINK_SET(buf[i], buf[i + 1]);
+    edata_t *s = slab_of(buf[i]);
+    if (nruns > 0 && runs[nruns - 1].slab == s) {
+      runs[nruns - 1].len++;
+    } else {
+      runs[nruns++] = (slab_run_t){s, buf[i], 1};
+    }
+  }
+  LINK_SET(buf[n - 1], NULL);
+  return nruns;
+}
+
 static void test_fill_gives_distinct_aligned_regions(void) {
   for (szind_t ind = 1; ind <= SZ_NSMALL; ind++) {
     void *buf[300];
@@ -213,12 +230,13 @@ static void test_long_remote_chain_drains_every_piece(void) {
   bin_t *bin = &a->bins[ind];
   enum { N = 1000 };
   static void *buf[N];
+  static slab_run_t runs[N];
   size_t curregs = bin->curregs;
   uint32_t remote = bin->remote_count;
   unsigned n = bin_fill(a, ind, buf, N);
   CHECK_EQ(n, N);
-  for (unsigned i = 0; i + 1 < n; i++) LINK_SET(buf[i], buf[i + 1]);
-  bin_push_remote(a, ind, buf[0], buf[n - 1], n);
+  unsigned nruns = chain_with_runs(buf, n, runs);
+  bin_push_remote(a, ind, buf[0], buf[n - 1], n, runs, nruns);
   CHECK_EQ(bin->remote_count, remote + n);
   bin_release_spare(a, ind);
   CHECK_EQ(bin->remote_count, 0);
@@ -229,10 +247,10 @@ static void test_long_remote_chain_drains_every_piece(void) {
   bin_dalloc_batch(a, ind, buf, again);
 }
 
-/* More chains than the bin has slots: the overflow goes onto the oldest chain, so the
- * newest ones stay as short as they came and a fill takes them whole, with no walk to a
- * cut point; every region still gets home. */
-static void test_chains_past_the_slots_join_the_oldest(void) {
+/* More chains than the bin has slots: the chains that found a slot stay as they came (a
+ * fill takes them whole, with no walk to a cut point), and the batches past the slots go
+ * straight to their bitmaps; every region gets home. */
+static void test_chains_past_the_slots_go_to_the_bitmaps(void) {
   szind_t ind = sz_size2index(64);
   bin_t *bin = &a->bins[ind];
   bin_release_spare(a, ind);
@@ -244,24 +262,59 @@ static void test_chains_past_the_slots_join_the_oldest(void) {
   CHECK_EQ(n, CHAINS * PER);
   for (unsigned c = 0; c < CHAINS; c++) {
     void **r = &buf[c * PER];
-    for (unsigned i = 0; i + 1 < PER; i++) LINK_SET(r[i], r[i + 1]);
-    LINK_SET(r[PER - 1], NULL);
-    bin_push_remote(a, ind, r[0], r[PER - 1], PER);
+    slab_run_t runs[PER];
+    unsigned nruns = chain_with_runs(r, PER, runs);
+    bin_push_remote(a, ind, r[0], r[PER - 1], PER, runs, nruns);
   }
   CHECK_EQ(bin->nrchain, SLOTS);
-  CHECK_EQ(bin->remote_count, CHAINS * PER);
+  CHECK_EQ(bin->remote_count, SLOTS * PER);
+  CHECK_EQ(bin->rchain[0].n, PER);                                /* the oldest: as pushed */
   CHECK_EQ(bin->rchain[SLOTS - 1].n, PER);                        /* the newest: as pushed */
   CHECK(bin->rchain[SLOTS - 1].head == buf[(SLOTS - 1) * PER]);   /* the last that found a slot */
-  CHECK_EQ(bin->rchain[0].n, (CHAINS - SLOTS + 1) * PER);         /* the oldest took the rest */
+  CHECK_EQ(bin->curregs, curregs + SLOTS * PER);                  /* the rest is free again */
+  for (unsigned i = SLOTS * PER; i < CHAINS * PER; i++) { /* (a slab emptied whole went back) */
+    edata_t *s = slab_of(buf[i]);
+    CHECK(s == NULL || bin_region_free(a, ind, s, buf[i]));
+  }
   /* A fill of two chains' worth takes the two newest whole. */
   void *head;
   CHECK_EQ(bin_fill_list_upto(a, ind, &head, 2 * PER, 2 * PER, NULL), 2 * PER);
   CHECK_EQ(bin->nrchain, SLOTS - 2);
-  CHECK_EQ(bin->remote_count, (CHAINS - 2) * PER);
+  CHECK_EQ(bin->remote_count, (SLOTS - 2) * PER);
   unsigned k = 0;
   for (void *r = head; r; r = link_next(r, ind)) buf[k++] = r;
   CHECK_EQ(k, 2 * PER);
   bin_dalloc_batch(a, ind, buf, k);
+  bin_release_spare(a, ind);
+  CHECK_EQ(bin->remote_count, 0);
+  CHECK_EQ(bin->curregs, curregs);
+}
+
+/* A bin's chains hold at most REMOTE_MAX_BYTES (at least 64 regions): a batch that would
+ * pass it goes to its bitmaps, each region checked there, and the chains stay whole. */
+static void test_remote_cap_sends_the_batch_to_the_bitmaps(void) {
+  szind_t ind = sz_size2index(14336); /* 1 MiB holds 73 of them */
+  bin_t *bin = &a->bins[ind];
+  bin_release_spare(a, ind);
+  enum { PER = 40 };
+  static void *buf[2 * PER];
+  static slab_run_t runs[PER];
+  size_t curregs = bin->curregs;
+  CHECK_EQ(bin_fill(a, ind, buf, 2 * PER), 2 * PER);
+  unsigned nruns = chain_with_runs(buf, PER, runs);
+  bin_push_remote(a, ind, buf[0], buf[PER - 1], PER, runs, nruns);
+  CHECK_EQ(bin->nrchain, 1);
+  CHECK_EQ(bin->remote_count, PER);
+  nruns = chain_with_runs(&buf[PER], PER, runs);
+  bin_push_remote(a, ind, buf[PER], buf[2 * PER - 1], PER, runs, nruns); /* 80 > 73 */
+  CHECK_EQ(bin->nrchain, 1);
+  CHECK_EQ(bin->remote_count, PER);
+  CHECK_EQ(bin->curregs, curregs + PER);
+  for (unsigned i = PER; i < 2 * PER; i++) { /* (a slab emptied whole went back) */
+    edata_t *s = slab_of(buf[i]);
+    CHECK(s == NULL || bin_region_free(a, ind, s, buf[i]));
+  }
+  for (unsigned i = 0; i < PER; i++) CHECK(!bin_region_free(a, ind, slab_of(buf[i]), buf[i]));
   bin_release_spare(a, ind);
   CHECK_EQ(bin->remote_count, 0);
   CHECK_EQ(bin->curregs, curregs);
@@ -650,7 +703,8 @@ int main(void) {
   RUN(test_flush_local_takes_own_regions_and_stops_at_others);
   RUN(test_bad_frees_into_full_slab_abort);
   RUN(test_long_remote_chain_drains_every_piece);
-  RUN(test_chains_past_the_slots_join_the_oldest);
+  RUN(test_chains_past_the_slots_go_to_the_bitmaps);
+  RUN(test_remote_cap_sends_the_batch_to_the_bitmaps);
   RUN(test_bitmap_pool_exhausted_never_fails_a_free);
   RUN(test_bitmap_blocks_fit_their_bitmaps);
   RUN(test_statistics_refresh_leaves_zero_pages_of_a_record_untouched);
