@@ -346,8 +346,9 @@ static void slab_note_free(arena_t *a, bin_t *bin, const bin_info_t *bi, edata_t
   }
 }
 
-/* len regions linked from head (the last link unset) onto the bin's remote chains, as
- * bin_push_remote does. bin lock held. */
+/* len regions linked from head (the last link unset) onto the bin's remote chains. They
+ * have nowhere else to go (no bitmap), so past the slots they join the newest chain,
+ * where bin_push_remote would send a batch to its bitmaps. bin lock held. */
 static void bin_keep_run(bin_t *bin, szind_t ind, void *head, uint32_t len) {
   void *tail = head;
   for (uint32_t k = 1; k < len; k++) tail = link_next(tail, ind);
@@ -516,13 +517,13 @@ static unsigned chain_runs(void *head, uint32_t n, szind_t ind, slab_run_t *runs
   return nruns;
 }
 
-/* Return remote regions to the slabs' bitmaps (which re-checks every one) until at most
- * `keep` remain, oldest chains first. bin lock held. */
-static void bin_drain_remote(arena_t *a, szind_t ind, uint32_t keep) {
+/* Return every remote region to its slab's bitmap (which re-checks each one), oldest
+ * chains first. bin lock held. */
+static void bin_drain_remote(arena_t *a, szind_t ind) {
   bin_t *bin = &a->bins[ind];
   /* At most the chains there now: regions whose slab could not get its bitmap back
    * (bin_keep_run) go back on the chains and must not be drained again in this call. */
-  for (uint32_t todo = bin->nrchain; todo && bin->remote_count > keep && bin->nrchain; todo--) {
+  for (uint32_t todo = bin->nrchain; todo && bin->remote_count && bin->nrchain; todo--) {
     void *r = bin->rchain[0].head;
     uint32_t left = bin->rchain[0].n;
     bin->remote_count -= left;
@@ -584,7 +585,7 @@ void bin_dalloc_batch(arena_t *a, szind_t ind, void **ptrs, unsigned n) {
 void bin_release_spare(arena_t *a, szind_t ind) {
   bin_t *bin = &a->bins[ind];
   mtx_lock(&bin->lock);
-  bin_drain_remote(a, ind, 0);
+  bin_drain_remote(a, ind);
   edata_t *s = bin->spare;
   bin->spare = NULL;
   if (s) slab_release(a, bin, s);
