@@ -581,10 +581,11 @@ typedef struct {
 } slab_run_t;
 /* Frees the runs whose slab belongs to arena a and clears their slab field. */
 HIDDEN void bin_dalloc_runs(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns);
-/* A cache's flush of n regions of arena a from p, checked and returned to the bitmaps in
- * one walk; stops at the first it does not take (returned; *done: how many it took), or
- * returns the link after the n-th (slab.c). */
-HIDDEN void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, uint32_t n, uint32_t *done);
+/* A cache's flush of n regions from p: arena a's are checked and returned to the bitmaps
+ * in one walk, other arenas' set aside; returns the chain of *left regions it leaves (the
+ * set-aside ones, then the rest from where it stopped), or the link after the n-th when
+ * *left is 0 (slab.c). */
+HIDDEN void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, uint32_t n, uint32_t *left);
 /* Hands a chain of n validated regions (head..tail, linked through their first word) of
  * arena a's class ind over to that bin in O(1); when the bin holds too many already, the
  * regions go to their bitmaps by runs, which must cover the same chain. */

@@ -419,31 +419,46 @@ void bin_dalloc_runs(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns) 
 
 /* The walk of bin_flush_local, under the bin lock. Every region is tested for a region
  * start, power-of-two classes too: a cache link overwritten after a free can point into
- * a region, which free()'s alignment test never saw. */
-static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szind_t rt_ind, void **pp, uint32_t n) {
+ * a region, which free()'s alignment test never saw. A region of another arena's slab of
+ * this class is set aside on *aside (relinked in the order met, *naside of them): one
+ * such region used to send every region behind it down the general path, which cut the
+ * batch into runs and walked it a second time (docs/design.md, "Thread caches"). Returns
+ * how many regions it took; *pp: the first region it did not walk, or the link after the
+ * n-th. */
+static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szind_t rt_ind, void **pp, uint32_t n,
+                                        void **aside, uint32_t *naside) {
   const bin_info_t *bi = &bin_info[ind];
   const uint64_t magic = bi->div_magic, size = bi->size;
   uint64_t last = 0; /* s's last region start (slab_last); 0 before the first slab */
   const uintptr_t key = tcache_key;
   const unsigned id = a->ind + 1;
-  void *p = *pp;
+  void *p = *pp, *atail = NULL;
   edata_t *s = NULL;
   uint64_t *bm = NULL;
   uintptr_t base = 0;
-  uint32_t start = 0, done = 0; /* s's regions so far: done - start */
-  for (; done < n; done++) {
+  uint32_t start = 0, taken = 0, nset = 0; /* s's regions so far: taken - start */
+  for (uint32_t walked = 0; walked < n; walked++) {
     uint64_t diff = (uintptr_t)p - base;
     if (unlikely(diff > last)) {
       unsigned field;
       uint64_t e = rtree_read_split((uintptr_t)p, &field);
       edata_t *t = rt_edata(e);
-      if (!(e & RT_SLAB) || field != rt_ind * TBIN_SIZE || t == NULL || t->arena_id != id || (uintptr_t)p - t->addr > slab_last(t, size))
+      if (!(e & RT_SLAB) || field != rt_ind * TBIN_SIZE || t == NULL || (uintptr_t)p - t->addr > slab_last(t, size))
         break;
+      if (t->arena_id != id) {
+        void *next = (void *)(*(const uintptr_t *)p ^ key ^ (uintptr_t)p);
+        if (atail != NULL) LINK_SET(atail, p);
+        else *aside = p;
+        atail = p;
+        nset++;
+        p = next;
+        continue;
+      }
       uint64_t *tbm = t->bitmap;
       if (tbm == NULL && (tbm = slab_bitmap_regain(a, bin, ind, t)) == NULL) break;
       if (s != NULL) {
         uint32_t before = s->nfree;
-        s->nfree += done - start;
+        s->nfree += taken - start;
         s->bm_hint = 0;
         slab_note_free(a, bin, bi, s, before);
       }
@@ -452,21 +467,24 @@ static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szi
       base = t->addr;
       last = slab_last(t, size);
       diff = (uintptr_t)p - base;
-      start = done;
+      start = taken;
     }
     uint64_t regind = (diff * magic) >> 32, bit = (uint64_t)1 << (regind % 64);
     if (unlikely(regind * size != diff || (bm[regind / 64] & bit))) break;
     bm[regind / 64] |= bit;
+    taken++;
     p = (void *)(*(const uintptr_t *)p ^ key ^ (uintptr_t)p); /* checked as the next region, or by the caller */
   }
-  if (s != NULL && done != start) {
+  if (s != NULL && taken != start) {
     uint32_t before = s->nfree;
-    s->nfree += done - start;
+    s->nfree += taken - start;
     s->bm_hint = 0;
     slab_note_free(a, bin, bi, s, before);
   }
+  if (atail != NULL) LINK_SET(atail, p); /* the set-aside regions lead to the rest */
+  *naside = nset;
   *pp = p;
-  return done;
+  return taken;
 }
 
 /* A thread cache's flush of regions of its own arena, in one walk under the bin lock:
@@ -474,27 +492,30 @@ static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szi
  * its bit set as it is met, the page map read once per slab change. Flushes otherwise
  * walked the chain twice, once to cut it into runs (tcache.c, flush_scan) and once to set
  * the bits (bin_dalloc_runs_locked): 50 instructions a region, a third of wl_halffree's
- * allocator time. Stops at the first region it does not take (another arena's slab, a
- * full slab whose bitmap cannot come back, anything that fails a check), sets *done to
- * how many it took and returns that region (the caller's general path takes the rest and
- * reports what is wrong), else the link after the n-th. */
-void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, uint32_t n, uint32_t *donep) {
+ * allocator time. Other arenas' regions are set aside; the walk stops at the first region
+ * it cannot take otherwise (a full slab whose bitmap cannot come back, anything that
+ * fails a check). Returns the chain of *left regions the caller's general path takes
+ * (routes, and reports what is wrong): the set-aside ones, then the rest from the stop;
+ * with *left 0, the link after the n-th. */
+void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, uint32_t n, uint32_t *left) {
   bin_t *bin = &a->bins[ind];
-  *donep = 0;
+  *left = n;
   /* A batch that starts in another arena's slab (remote frees) goes the general way
    * without taking this bin's lock; the walk checks again under it. */
   uint64_t e0 = rtree_read_slow((uintptr_t)p);
   if (!(e0 & RT_SLAB) || rt_edata(e0) == NULL || __atomic_load_n(&rt_edata(e0)->arena_id, __ATOMIC_RELAXED) != a->ind + 1)
     return p;
+  void *aside = NULL;
+  uint32_t naside;
   arena_tally(mtx_lock(&bin->lock));
-  uint32_t done = flush_local_walk(a, bin, ind, rt_ind, &p, n);
-  bin->curregs -= done;
-  bin->ndalloc += done;
-  bin->nflushes += done != 0;
+  uint32_t taken = flush_local_walk(a, bin, ind, rt_ind, &p, n, &aside, &naside);
+  bin->curregs -= taken;
+  bin->ndalloc += taken;
+  bin->nflushes += taken != 0;
   mtx_unlock(&bin->lock);
-  if (done) arena_maybe_purge(a);
-  *donep = done;
-  return p;
+  if (taken) arena_maybe_purge(a);
+  *left = n - taken;
+  return naside ? aside : p;
 }
 
 /* Cut the chain at head (n regions) into runs of the same slab; returns the count. */

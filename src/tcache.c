@@ -351,23 +351,23 @@ static inline __attribute__((always_inline)) void flush_batch(tbin_t *b, szind_t
 }
 
 /* The first step of a flush for a thread that is not a consumer: regions of its own
- * arena go back to their bitmaps in one walk (bin_flush_local); returns how many of the
- * n are left for flush_batch, from *pp on (docs/design.md, "Thread caches"). Out of line
- * and without a runs buffer of its own, so that a consumer's flushes (the
- * producer/consumer figure) keep flush_batch's code as it was, and the deepest flush
- * holds one FLUSH_BUF buffer on the stack, not two (a thread's exit flush stays within
- * the stack pages its start left mapped). */
+ * arena go back to their bitmaps in one walk (bin_flush_local), other arenas' are set
+ * aside; returns how many of the n are left for flush_batch, from *pp on (docs/design.md,
+ * "Thread caches"). Out of line and without a runs buffer of its own, so that a
+ * consumer's flushes (the producer/consumer figure) keep flush_batch's code as it was,
+ * and the deepest flush holds one FLUSH_BUF buffer on the stack, not two (a thread's
+ * exit flush stays within the stack pages its start left mapped). */
 static NOINLINE uint32_t flush_own_local(tcache_t *tc, tbin_t *b, szind_t ind, szind_t rt_ind, void **pp,
                                          uint32_t n) {
-  uint32_t done;
-  void *p = bin_flush_local(tc->arena, ind, rt_ind, *pp, n, &done);
-  if (done == n) {
+  uint32_t left;
+  void *p = bin_flush_local(tc->arena, ind, rt_ind, *pp, n, &left);
+  if (left == 0) {
     if (unlikely(p != TBIN_END && !link_ok(p, ind))) strata_heap_corruption(p, ind); /* as tbin_next's test */
     b->head = p;
     return 0;
   }
   *pp = p;
-  return n - done;
+  return left;
 }
 
 /* Flush all but `keep` of bin ind, taking them from the head of the list. Each region is

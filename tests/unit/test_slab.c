@@ -370,18 +370,20 @@ static void *chain_of(void **buf, unsigned n) {
   return buf[0];
 }
 
-/* bin_flush_local as the cache calls it: *pp moves on; returns how many it took. */
+/* bin_flush_local as the cache calls it: *pp becomes the chain it leaves; returns how
+ * many it took. */
 static uint32_t flush_local(arena_t *ar, szind_t ind, void **pp, uint32_t n) {
-  uint32_t done;
-  *pp = bin_flush_local(ar, ind, ind, *pp, n, &done);
-  return done;
+  uint32_t left;
+  *pp = bin_flush_local(ar, ind, ind, *pp, n, &left);
+  return n - left;
 }
 
 /* A cache's flush of its own arena's regions (bin_flush_local, tcache.c's flush): every
  * region's bit is set in one walk, slabs left empty leave the bin (only the current one
- * and a spare stay), and the walk stops, taking nothing more, at a region of another
- * arena, a region freed twice, an interior pointer or another class's region, so that
- * the general path behind it reports or routes that one. */
+ * and a spare stay), a region of another arena is set aside and the walk goes on past
+ * it, and the walk stops, taking nothing more, at a region freed twice, an interior
+ * pointer or another class's region, so that the general path behind it reports that
+ * one. */
 static void test_flush_local_takes_own_regions_and_stops_at_others(void) {
   szind_t ind = sz_size2index(64), other = sz_size2index(128);
   unsigned per = bin_info[ind].nregs;
@@ -408,27 +410,50 @@ static void test_flush_local_takes_own_regions_and_stops_at_others(void) {
     CHECK(s->bitmap != NULL && (s->bitmap[regind / 64] >> (regind % 64) & 1));
   }
 
-  /* Stops: another arena's region, a double free, an interior pointer, another class. */
-  void *mine[8], *theirs = NULL, *cls;
-  CHECK_EQ(bin_fill(a, ind, mine, 8), 8);
+  /* Set aside: another arena's regions. Stops: a double free, an interior pointer,
+   * another class. */
+  void *mine[13], *theirs[2] = {NULL, NULL}, *cls;
+  CHECK_EQ(bin_fill(a, ind, mine, 13), 13);
   arena_t *b = narenas > 1 ? arena_get(narenas - 2) : NULL;
-  if (b != NULL) CHECK_EQ(bin_fill(b, ind, &theirs, 1), 1);
+  if (b != NULL) CHECK_EQ(bin_fill(b, ind, theirs, 2), 2);
   CHECK_EQ(bin_fill(a, other, &cls, 1), 1);
   curregs = bin->curregs;
   if (b != NULL) {
-    void *c[4] = {mine[0], mine[1], theirs, mine[2]};
-    p = chain_of(c, 4);
-    CHECK_EQ(flush_local(a, ind, &p, 4), 2);
-    CHECK(p == theirs);
-    CHECK_EQ(bin->curregs, curregs - 2);
-    bin_dalloc_batch(b, ind, &theirs, 1);
-    curregs -= 2;
+    /* Both of b's regions are passed over and relinked, in order, ahead of the rest (the
+     * link after the last region walked: the chain's end here). */
+    void *c[5] = {mine[8], theirs[0], mine[9], theirs[1], mine[10]};
+    p = chain_of(c, 5);
+    CHECK_EQ(flush_local(a, ind, &p, 5), 3);
+    CHECK(p == theirs[0]);
+    CHECK(LINK_DEC(theirs[0]) == theirs[1]);
+    CHECK(LINK_DEC(theirs[1]) == NULL);
+    CHECK_EQ(bin->curregs, curregs - 3);
+    /* A batch that starts in b's slab is not walked. */
+    void *d[2] = {theirs[0], mine[11]};
+    p = chain_of(d, 2);
+    CHECK_EQ(flush_local(a, ind, &p, 2), 0);
+    CHECK(p == theirs[0]);
+    /* Regions set aside before a stop lead to the stopping region, which leads on to
+     * the regions never walked. */
+    void *e[5] = {mine[11], theirs[0], theirs[1], (char *)mine[12] + 16, mine[12]};
+    p = chain_of(e, 5);
+    CHECK_EQ(flush_local(a, ind, &p, 5), 1);
+    CHECK(p == theirs[0]);
+    CHECK(LINK_DEC(theirs[0]) == theirs[1]);
+    CHECK(LINK_DEC(theirs[1]) == e[3]);
+    CHECK(LINK_DEC(e[3]) == mine[12]);
+    CHECK_EQ(bin->curregs, curregs - 4);
+    bin_dalloc_batch(b, ind, theirs, 2);
   } else {
-    void *c[2] = {mine[0], mine[1]};
-    p = chain_of(c, 2);
-    CHECK_EQ(flush_local(a, ind, &p, 2), 2);
-    curregs -= 2;
+    void *c[4] = {mine[8], mine[9], mine[10], mine[11]};
+    p = chain_of(c, 4);
+    CHECK_EQ(flush_local(a, ind, &p, 4), 4);
   }
+  bin_dalloc_batch(a, ind, &mine[12], 1);
+  void *c2[2] = {mine[0], mine[1]};
+  p = chain_of(c2, 2);
+  CHECK_EQ(flush_local(a, ind, &p, 2), 2);
+  curregs = bin->curregs;
   void *twice[3] = {mine[3], mine[0], mine[4]}; /* mine[0] went back above */
   p = chain_of(twice, 3);
   CHECK_EQ(flush_local(a, ind, &p, 3), 1);
