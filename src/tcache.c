@@ -330,15 +330,17 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
 }
 
 /* n regions from p (the first n of bin b) back to their owners: scanned into runs of one
- * slab and validated, then as a chain to the owner bin when all belong to one other arena,
+ * slab and validated, then as a chain to the owner bin when all belong to one other arena
+ * (and chains: not what an own-arena walk left of a mixed batch),
  * else to the bitmaps, one bin lock per owning arena. Sets b->head past them. */
 static inline __attribute__((always_inline)) void flush_batch(tbin_t *b, szind_t ind, szind_t rt_ind, void *p,
-                                                              uint32_t n, unsigned own, slab_run_t *runs) {
+                                                              uint32_t n, unsigned own, bool chains,
+                                                              slab_run_t *runs) {
   flush_scan_t sc = bin_info[ind].pow2 ? flush_scan(p, n, ind, rt_ind, runs, own, false)
                                        : flush_scan(p, n, ind, rt_ind, runs, own, true);
   b->head = tbin_next(sc.last, ind);
   LINK_SET(sc.last, NULL);
-  if (sc.one_remote) {
+  if (chains && sc.one_remote) {
     /* Cross-thread frees: the chain goes to the owner bin as it is, one lock and no
      * bitmap work per batch (double frees were caught by the tag at free()). */
     bin_push_remote(arenas[sc.remote - 1], ind, p, sc.last, n, runs, sc.nruns);
@@ -407,8 +409,18 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
     uint64_t nm = tbin_nmalloc(tc, ind); /* nmalloc itself is biased with prof:true */
     bool consumer = nm < tbin_ndalloc(tc, ind) / 4;
     unsigned own = tc->arena && !consumer ? tc->arena->ind + 1 : (unsigned)-1; /* an edata arena_id */
-    if (own != (unsigned)-1 && (n = flush_own_local(tc, b, ind, rt_ind, &p, n)) == 0) continue;
-    flush_batch(b, ind, rt_ind, p, n, own, runs);
+    /* A batch the walk took some of is mixed: what it leaves goes to the bitmaps, not as
+     * a chain, even when it all belongs to one other arena (docs/design.md, "Thread
+     * caches": chains from mixed flushes pinned their slabs). */
+    if (own != (unsigned)-1) {
+      uint32_t left = flush_own_local(tc, b, ind, rt_ind, &p, n);
+      if (left == 0) continue;
+      if (left != n) {
+        flush_batch(b, ind, rt_ind, p, left, own, false, runs);
+        continue;
+      }
+    }
+    flush_batch(b, ind, rt_ind, p, n, own, true, runs);
   }
 }
 

@@ -107,10 +107,22 @@ static void test_mixed_owner_flush_returns_every_region(void) {
   pthread_join(t, NULL); /* its cache went back at exit; its blocks are live */
   for (int i = 0; i < MIX_N; i++) mine[i] = strata_malloc(MIX_SIZE);
   CHECK(tbin_nslots[ind] < MIX_N); /* the frees below overflow the bin */
-  for (int i = 0; i < MIX_N; i++) {
+  /* Every flush is mixed. In the first half each batch starts with arena 2's region
+   * (freed last): the general path takes the whole batch, one owner after the other. In
+   * the second half it starts with this thread's: the own-arena walk takes this
+   * thread's regions and sets arena 2's aside, which go to their bitmaps, not onto
+   * arena 2's remote chains. */
+  bin_t *theirs_bin = &arena_get(2)->bins[ind];
+  uint32_t remote0 = theirs_bin->remote_count;
+  for (int i = 0; i < MIX_N / 2; i++) {
     strata_free(mine[i]);
     strata_free(theirs[i]);
   }
+  for (int i = MIX_N / 2; i < MIX_N; i++) {
+    strata_free(theirs[i]);
+    strata_free(mine[i]);
+  }
+  CHECK_EQ(theirs_bin->remote_count, remote0);
   tcache_flush_all(strata_tsd.tcache);
   CHECK_EQ(small_curregs(ind), before);
   CHECK_EQ(au_thread_arena(NULL, 0, NULL, NULL, &old, sizeof old), 0);
