@@ -623,8 +623,9 @@ static edata_t *extent_gather_dirty(arena_t *a, size_t size) {
  * in pieces (docs/design.md, "Extents and the page map"). Below the share, fragments are kept for
  * later small requests: purges and refaults would cost time for nothing (wl_drift,
  * wl_halffree and wl_xthread take fresh pages with dirty pages under an eighth of
- * resident, nearly always). Decay disabled (dirty_decay_ms -1) means keep them. */
-#define FRAG_DIRTY_DIV 8
+ * resident, nearly always; mstress made most of its purges with dirty pages between an
+ * eighth and a quarter of resident, and faulted the purged pages back in: docs/design.md).
+ * Decay disabled (dirty_decay_ms -1) means keep them. */
 uint64_t extent_nfrag_purges; /* atomic: the decisions; the unit tests' witness */
 static void extent_purge_fragments(arena_t *a, size_t np) {
   if (a->dirty.npages < np || decay_ms(&a->ddecay) < 0) return;

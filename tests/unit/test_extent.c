@@ -437,10 +437,11 @@ static void test_arena_takes_another_arenas_muzzy_pages(void) {
 
 /* Fragmented dirty pages give way (extent_purge_fragments): an ordinary arena whose dirty
  * pages are pieces too small for a request purges as many of its oldest pages as it is
- * about to take fresh, while dirty pages are an eighth or more of all resident pages;
- * not below that share, and not with decay disabled. x gets FRAG_N 8-page pieces of
- * dirty pages between live extents of its own; everything else is purged first. */
-#define FRAG_N 32
+ * about to take fresh, while dirty pages are a FRAG_DIRTY_DIV-th (a quarter) or more of
+ * all resident pages; not below that share, and not with decay disabled. x gets FRAG_N
+ * 8-page pieces of dirty pages between live extents of its own; everything else is
+ * purged first. */
+#define FRAG_N 64
 static edata_t *frag_live[FRAG_N];
 static uintptr_t frag_free[FRAG_N]; /* the freed pieces' addresses, 8 pages each */
 static void fragment_arena(arena_t *x) {
@@ -491,7 +492,7 @@ static size_t take_16_pages(arena_t *x) {
 static void test_fragmented_dirty_pages_give_way(void) {
   arena_t *x = arena_get(1);
   fragment_arena(x);
-  CHECK(FRAG_N * 8 * 8 >= __atomic_load_n(&extent_resident_pages, __ATOMIC_RELAXED)); /* the share holds */
+  CHECK(FRAG_N * 8 * FRAG_DIRTY_DIV >= __atomic_load_n(&extent_resident_pages, __ATOMIC_RELAXED)); /* the share holds */
   uint64_t n0 = extent_nfrag_purges, purged0 = x->npurged;
   CHECK_EQ(take_16_pages(x), FRAG_N * 8 - 16); /* the two oldest pieces went */
   CHECK_EQ(extent_nfrag_purges, n0 + 1);
@@ -507,7 +508,7 @@ static void test_fragments_under_the_share_stay(void) {
   edata_t *big = extent_alloc(x, (size_t)16384 * os_page, os_page);
   CHECK(big != NULL);
   mtx_unlock(&x->elock);
-  CHECK(FRAG_N * 8 * 8 < __atomic_load_n(&extent_resident_pages, __ATOMIC_RELAXED));
+  CHECK(FRAG_N * 8 * FRAG_DIRTY_DIV < __atomic_load_n(&extent_resident_pages, __ATOMIC_RELAXED));
   uint64_t n0 = extent_nfrag_purges;
   CHECK_EQ(take_16_pages(x), FRAG_N * 8);
   CHECK_EQ(extent_nfrag_purges, n0);
