@@ -526,8 +526,9 @@ HIDDEN extern size_t extent_resident_pages;
 HIDDEN extern uint64_t extent_nsteals;
 HIDDEN extern uint64_t extent_nsteal_locks; /* other arenas' elocks extent_steal took to look */
 HIDDEN extern uint64_t extent_nfrag_purges; /* fragmented dirty pages purged before fresh ones */
-/* ...while all ordinary arenas' dirty pages are at least this fraction (1/n) of the
- * resident pages (extent.c, extent_purge_fragments). */
+/* Fragmented dirty pages are purged before fresh pages are taken while all ordinary
+ * arenas' dirty pages are at least 1/FRAG_DIRTY_DIV of the resident pages (extent.c,
+ * extent_purge_fragments). */
 #define FRAG_DIRTY_DIV 4
 HIDDEN void extent_register(edata_t *e, unsigned szind, bool slab); /* boundary (or all, for slabs) */
 HIDDEN void extent_deregister_interior(edata_t *e);
