@@ -420,13 +420,13 @@ void bin_dalloc_runs(arena_t *a, szind_t ind, slab_run_t *runs, unsigned nruns) 
 /* The walk of bin_flush_local, under the bin lock. Every region is tested for a region
  * start, power-of-two classes too: a cache link overwritten after a free can point into
  * a region, which free()'s alignment test never saw. A region of another arena's slab of
- * this class is set aside on *aside (relinked in the order met, *naside of them): one
+ * this class is set aside on *aside (relinked in the order met; NULL when none): one
  * such region used to send every region behind it down the general path, which cut the
  * batch into runs and walked it a second time (docs/design.md, "Thread caches"). Returns
  * how many regions it took; *pp: the first region it did not walk, or the link after the
  * n-th. */
 static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szind_t rt_ind, void **pp, uint32_t n,
-                                        void **aside, uint32_t *naside) {
+                                        void **aside) {
   const bin_info_t *bi = &bin_info[ind];
   const uint64_t magic = bi->div_magic, size = bi->size;
   uint64_t last = 0; /* s's last region start (slab_last); 0 before the first slab */
@@ -436,7 +436,7 @@ static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szi
   edata_t *s = NULL;
   uint64_t *bm = NULL;
   uintptr_t base = 0;
-  uint32_t start = 0, taken = 0, nset = 0; /* s's regions so far: taken - start */
+  uint32_t start = 0, taken = 0; /* s's regions so far: taken - start */
   for (uint32_t walked = 0; walked < n; walked++) {
     uint64_t diff = (uintptr_t)p - base;
     if (unlikely(diff > last)) {
@@ -450,7 +450,6 @@ static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szi
         if (atail != NULL) LINK_SET(atail, p);
         else *aside = p;
         atail = p;
-        nset++;
         p = next;
         continue;
       }
@@ -482,7 +481,6 @@ static inline uint32_t flush_local_walk(arena_t *a, bin_t *bin, szind_t ind, szi
     slab_note_free(a, bin, bi, s, before);
   }
   if (atail != NULL) LINK_SET(atail, p); /* the set-aside regions lead to the rest */
-  *naside = nset;
   *pp = p;
   return taken;
 }
@@ -506,16 +504,15 @@ void *bin_flush_local(arena_t *a, szind_t ind, szind_t rt_ind, void *p, uint32_t
   if (!(e0 & RT_SLAB) || rt_edata(e0) == NULL || __atomic_load_n(&rt_edata(e0)->arena_id, __ATOMIC_RELAXED) != a->ind + 1)
     return p;
   void *aside = NULL;
-  uint32_t naside;
   arena_tally(mtx_lock(&bin->lock));
-  uint32_t taken = flush_local_walk(a, bin, ind, rt_ind, &p, n, &aside, &naside);
+  uint32_t taken = flush_local_walk(a, bin, ind, rt_ind, &p, n, &aside);
   bin->curregs -= taken;
   bin->ndalloc += taken;
   bin->nflushes += taken != 0;
   mtx_unlock(&bin->lock);
   if (taken) arena_maybe_purge(a);
   *left = n - taken;
-  return naside ? aside : p;
+  return aside ? aside : p;
 }
 
 /* Cut the chain at head (n regions) into runs of the same slab; returns the count. */

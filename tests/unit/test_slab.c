@@ -22,12 +22,19 @@ static edata_t *slab_of(void *p) {
   return (e & RT_SLAB) ? rt_edata(e) : NULL;
 }
 
-/* Links buf[0..n) into a chain and cuts it into runs of one slab, as a flush's scan does
- * before it hands a chain over (bin_push_remote). */
+/* Links buf[0..n) into a cache-style chain (each link encoded with its slot's tag). */
+static void *chain_of(void **buf, unsigned n) {
+  for (unsigned i = 0; i + 1 < n; i++) LINK_SET(buf[i], buf[i + 1]);
+  LINK_SET(buf[n - 1], NULL);
+  return buf[0];
+}
+
+/* chain_of, cut into runs of one slab as a flush's scan does before it hands a chain
+ * over (bin_push_remote). */
 static unsigned chain_with_runs(void **buf, unsigned n, slab_run_t *runs) {
+  chain_of(buf, n);
   unsigned nruns = 0;
   for (unsigned i = 0; i < n; i++) {
-    if (i + 1 < n) LINK_SET(buf[i], buf[i + 1]);
     edata_t *s = slab_of(buf[i]);
     if (nruns > 0 && runs[nruns - 1].slab == s) {
       runs[nruns - 1].len++;
@@ -35,7 +42,6 @@ static unsigned chain_with_runs(void **buf, unsigned n, slab_run_t *runs) {
       runs[nruns++] = (slab_run_t){s, buf[i], 1};
     }
   }
-  LINK_SET(buf[n - 1], NULL);
   return nruns;
 }
 
@@ -361,13 +367,6 @@ static void test_bitmap_pool_exhausted_never_fails_a_free(void) {
   bin_dalloc_batch(a, ind, buf, first);
   bin_dalloc_batch(a, ind, buf + first + 10, n - first - 10);
   CHECK_EQ(bin->curregs, 0);
-}
-
-/* Links buf[0..n) into a cache-style chain (each link encoded with its slot's tag). */
-static void *chain_of(void **buf, unsigned n) {
-  for (unsigned i = 0; i + 1 < n; i++) LINK_SET(buf[i], buf[i + 1]);
-  LINK_SET(buf[n - 1], NULL);
-  return buf[0];
 }
 
 /* bin_flush_local as the cache calls it: *pp becomes the chain it leaves; returns how
