@@ -265,6 +265,10 @@ HIDDEN extern mtx_t rtree_lock;
 #error "the page map's fast word is laid out for little-endian"
 #endif
 #define rtree_chk(leaf, j) (((const uint32_t *)&(leaf)[j])[1])
+/* The class field of entry j of a leaf, read as the fast word's low half: rtree_store keeps
+ * its bits 16..31 zero, so free's fast path loads the field with one 32-bit load (a
+ * 64-bit load needs a zero-extension of its low 16 bits: one instruction more a free). */
+#define rtree_field_read(leaf, j) __atomic_load_n(&((const uint32_t *)&(leaf)[j])[0], __ATOMIC_RELAXED)
 
 /* The fast word of address a, or NULL when a is outside the map. */
 static inline uint64_t *rtree_slot(uintptr_t a) {

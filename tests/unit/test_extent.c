@@ -39,6 +39,32 @@ static void test_alloc_registers_first_and_last(void) {
   mtx_unlock(&a->elock);
 }
 
+/* free()'s fast path reads an entry's class field as the fast word's low half
+ * (rtree_field_read): the field must come back alone, whatever the class and the check
+ * word beside it. */
+static void test_class_field_reads_alone_as_low_half(void) {
+  mtx_lock(&a->elock);
+  edata_t *e = extent_alloc(a, 2 * os_page, os_page);
+  CHECK(e != NULL);
+  const szind_t inds[] = {1, SZ_NSMALL, TCACHE_NBINS_MAX - 1};
+  for (size_t k = 0; k < sizeof(inds) / sizeof(inds[0]); k++) {
+    e->szind = (uint16_t)inds[k];
+    extent_register(e, e->szind, false);
+    for (uint32_t chk = 0; chk < 2; chk++) {
+      rtree_write_chk(e->addr, 1, chk ? 0xffffffffu : 0x12345678u);
+      const uint64_t *s = rtree_slot(e->addr);
+      CHECK(s != NULL);
+      CHECK_EQ(rtree_field_read(s, 0), inds[k] * TBIN_SIZE);
+      CHECK_EQ(rtree_field_read(s, 0), rt_field(rtree_read(e->addr)));
+      CHECK_EQ(rtree_chk(s, 0), chk ? 0xffffffffu : 0x12345678u);
+    }
+  }
+  e->szind = (uint16_t)sz_size2index(2 * os_page);
+  extent_register(e, e->szind, false);
+  extent_dalloc(a, e);
+  mtx_unlock(&a->elock);
+}
+
 static void test_neighbours_coalesce_when_freed(void) {
   mtx_lock(&a->elock);
   /* Start from nothing dirty so the three pieces come out of one retained span. */
@@ -870,6 +896,7 @@ int main(void) {
   RUN(test_arenas_grow_from_shared_reservations); /* first: the arenas hold little yet */
   RUN(test_concurrent_carving_hands_out_each_chunk_once);
   RUN(test_alloc_registers_first_and_last);
+  RUN(test_class_field_reads_alone_as_low_half);
   RUN(test_neighbours_coalesce_when_freed);
   RUN(test_aligned_alloc_splits_lead_and_trail);
   RUN(test_grow_and_shrink_in_place);
