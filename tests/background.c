@@ -267,6 +267,26 @@ TEST(test_background_thread_sleeps_without_polling_when_nothing_is_dirty)
     CHECK(read_u64("stats.background_thread.num_runs") > runs);
 }
 
+/* With decay disabled the background thread has no clock to keep: frees must not wake it
+ * (each pass found no deadline, and the next free woke it again: a context switch or two
+ * a free in a busy program). */
+TEST(test_background_thread_stays_asleep_with_decay_disabled)
+{
+    set_decay_all(-1, -1);
+    write_bool("background_thread", true);
+    burst(4, 1 * MiB); /* the threads start at a slow path */
+    sleep_ms(100);
+    uint64_t runs = read_u64("stats.background_thread.num_runs");
+    for (int i = 0; i < 10; i++) {
+        burst(4, 1 * MiB);
+        sleep_ms(20); /* time for a woken thread to run */
+    }
+    uint64_t woke = read_u64("stats.background_thread.num_runs") - runs;
+    CHECK(woke <= 1, "%llu runs for 10 bursts", (unsigned long long)woke);
+    write_bool("background_thread", false);
+    set_decay_all(10000, 0);
+}
+
 static atomic_bool load_stop;
 static void *load_main(void *arg)
 {
