@@ -309,7 +309,7 @@ static void extent_insert_free(arena_t *a, edata_t *e, unsigned state) {
   e->state = (uint8_t)state;
   e->slab = 0;
   if (e->addr >= GRAN) {
-    edata_t *n = mergeable(a, rtree_read(e->addr - GRAN), state);
+    edata_t *n = mergeable(a, rtree_read_near(e->addr - GRAN), state);
     if (n && n->addr + n->size == e->addr && can_merge(a, n, e)) {
       eset_remove(es, n);
       if (has_lru(state)) lru_remove(es, n);
@@ -321,7 +321,7 @@ static void extent_insert_free(arena_t *a, edata_t *e, unsigned state) {
       edata_put(a, n);
     }
   }
-  edata_t *n = mergeable(a, rtree_read(e->addr + e->size), state);
+  edata_t *n = mergeable(a, rtree_read_near(e->addr + e->size), state);
   if (n && n->addr == e->addr + e->size && can_merge(a, e, n)) {
     eset_remove(es, n);
     if (has_lru(state)) lru_remove(es, n);
@@ -814,7 +814,7 @@ void extent_dalloc(arena_t *a, edata_t *e) {
 bool extent_grow_inplace(arena_t *a, edata_t *e, size_t new_size) {
   extent_hooks_t *h = arena_hooks(a);
   size_t need = new_size - e->size;
-  uint64_t ent = rtree_read(e->addr + e->size);
+  uint64_t ent = rtree_read_near(e->addr + e->size);
   edata_t *n = mergeable(a, ent, ES_DIRTY);
   if (n == NULL) n = mergeable(a, ent, ES_MUZZY);
   /* A hooked arena's retained pages may be decommitted by its hooks: copy instead. */

@@ -317,18 +317,13 @@ static inline void rtree_store(uint64_t *s, uint64_t v) {
  * the granule's extent. An entry that becomes zero or non-zero updates its page's count
  * (rtree.c: empty pages are purged in place). Every non-zero entry has an edata, so its
  * slow word tells zero from non-zero. */
-HIDDEN void rtree_write_slow(uintptr_t a, uint64_t *s, uint64_t v);
+HIDDEN void rtree_write(uintptr_t a, uint64_t v);
 HIDDEN void rtree_write_range(uintptr_t a, size_t n, uint64_t v); /* n granules from a */
-static inline void rtree_write(uintptr_t a, uint64_t v) {
-  uint64_t *s = rtree_slot(a);
-  sassert(s != NULL);
-  sassert(v == 0 || (v & RT_PTR_MASK) != 0);
-  if ((__atomic_load_n(rtree_slow(s), __ATOMIC_RELAXED) == 0) != (v == 0)) {
-    rtree_write_slow(a, s, v);
-    return;
-  }
-  rtree_store(s, v);
-}
+/* The entry of an extent's neighbour (coalescing, growing in place): as rtree_read, but a
+ * page of entries never written (or purged since) is answered 0 from its count, unread
+ * (rtree.c: a read maps the zero page there, and the first write then takes a
+ * copy-on-write fault and a TLB shootdown). */
+HIDDEN uint64_t rtree_read_near(uintptr_t a);
 HIDDEN bool rtree_ensure(uintptr_t a, size_t size); /* true on failure */
 HIDDEN size_t rtree_purge(void);          /* no lock held; bytes purged */
 HIDDEN size_t rtree_resident_bytes(void); /* leaf pages that may be resident */

@@ -6,6 +6,13 @@
  * as zeros, which is what it held, so readers cannot tell. A writer that makes an entry
  * non-zero pins the page first (count + 1 before the store), so no store can land in a
  * page while it is being purged and be lost with it.
+ *
+ * A page whose count says clean (never written, or purged) is neither read nor written
+ * by a write that finds it so: its entries are all zero. A read there would map the
+ * kernel's zero page, and the store after it would take a copy-on-write fault whose TLB
+ * shootdown interrupts every CPU running the process; reading first cost two of those
+ * per page pair of a fresh leaf (mstress: 0.7 ms of a 120 ms run). Writes check the
+ * count first, and neighbour reads (rtree_read_near) answer 0 from it.
  */
 #include <sched.h>
 
@@ -97,8 +104,21 @@ static void count_sub(uint32_t *c, uint32_t n) {
     __atomic_fetch_add(&rtree_nempty, 1, __ATOMIC_RELAXED);
 }
 
+/* Whether the page pair of count c is clean: every entry zero, nothing resident. Only
+ * the owner of an entry writes it, so an owner that finds the page clean knows its entry
+ * is zero until it writes it (a page turns clean again only in a purge, which needs every
+ * entry zero). */
+static inline bool page_clean(const uint32_t *c) { return __atomic_load_n(c, __ATOMIC_ACQUIRE) & RT_CNT_CLEAN; }
+
+/* A zero entry's fast and slow words from v (not 0), with no read: the check word of a
+ * zero entry is 0 (rtree_store). */
+static inline void store_fresh(uint64_t *s, uint64_t v) {
+  __atomic_store_n(rtree_slow(s), v & RT_SLOW_MASK, __ATOMIC_RELEASE);
+  __atomic_store_n(s, (uint64_t)rt_field(v), __ATOMIC_RELEASE);
+}
+
 /* A slab's granules, registered or cleared at once: one pin and one count update per
- * page of entries instead of per entry (the same rules as rtree_write_slow). */
+ * page of entries instead of per entry (the same rules as rtree_write). */
 void rtree_write_range(uintptr_t a, size_t n, uint64_t v) {
   const size_t per_page = os_page / sizeof(uint64_t);
   while (n) {
@@ -108,7 +128,13 @@ void rtree_write_range(uintptr_t a, size_t n, uint64_t v) {
     size_t k = per_page - ((a >> LG_GRAN) & (per_page - 1));
     if (k > n) k = n;
     uint32_t changed = 0;
-    if (v != 0) {
+    if (page_clean(c)) { /* every entry zero: no read (see the top of this file) */
+      if (v != 0) {
+        count_pin(c);
+        for (size_t i = 0; i < k; i++) store_fresh(&s[i], v);
+        if (k > 1) __atomic_fetch_add(c, (uint32_t)(k - 1), __ATOMIC_ACQ_REL);
+      }
+    } else if (v != 0) {
       count_pin(c);
       for (size_t i = 0; i < k; i++) {
         changed += __atomic_load_n(rtree_slow(&s[i]), __ATOMIC_RELAXED) == 0;
@@ -143,15 +169,32 @@ void rtree_write_chk(uintptr_t a, size_t n, uint32_t chk) {
   }
 }
 
-void rtree_write_slow(uintptr_t a, uint64_t *s, uint64_t v) {
+void rtree_write(uintptr_t a, uint64_t v) {
+  uint64_t *s = rtree_slot(a);
+  sassert(s != NULL);
+  sassert(v == 0 || (v & RT_PTR_MASK) != 0);
   uint32_t *c = count_of(a);
-  if (v == 0) {
-    rtree_store(s, 0);
-    count_sub(c, 1);
+  if (page_clean(c)) {
+    if (v == 0) return; /* zero already */
+    count_pin(c);
+    store_fresh(s, v);
     return;
   }
-  count_pin(c);
-  rtree_store(s, v);
+  bool was_zero = __atomic_load_n(rtree_slow(s), __ATOMIC_RELAXED) == 0;
+  if (was_zero == (v == 0)) {
+    rtree_store(s, v);
+  } else if (v == 0) {
+    rtree_store(s, 0);
+    count_sub(c, 1);
+  } else {
+    count_pin(c);
+    rtree_store(s, v);
+  }
+}
+
+uint64_t rtree_read_near(uintptr_t a) {
+  if (rtree_slot(a) == NULL || page_clean(count_of(a))) return 0;
+  return rtree_read(a);
 }
 
 /* Purges the leaf pages whose entries are all zero and that may be resident; pages, in

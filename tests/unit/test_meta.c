@@ -7,6 +7,8 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include <sys/resource.h>
+
 #include "internal.h"
 #include "unit.h"
 
@@ -167,6 +169,59 @@ static void test_rtree_store_waits_for_a_purge_in_flight(void) {
   rtree_write(claim_target, 0);
 }
 
+static long thread_minflt(void) {
+  struct rusage ru;
+  CHECK(getrusage(RUSAGE_THREAD, &ru) == 0);
+  return ru.ru_minflt;
+}
+
+/* A fresh (or purged) page pair of entries is written without a read: a read first
+ * would map the zero page, and each store would then take a copy-on-write fault with a
+ * TLB shootdown (4 faults for the pair instead of 2). Neighbour reads (rtree_read_near)
+ * answer 0 from the page's count without touching it. */
+static void test_rtree_clean_pages_are_written_without_a_read(void) {
+  const uint64_t v = rt_make((void *)(uintptr_t)0x7770, 0, 0);
+  /* 4 MiB of address space of our own: two page pairs of entries no one else writes,
+   * clean once the purge below has taken any that were resident and empty. */
+  uintptr_t t = (uintptr_t)os_map((size_t)4 << 20, (size_t)2 << 20);
+  CHECK(t != 0 && !rtree_ensure(t, (size_t)4 << 20));
+  rtree_purge();
+  long f0 = thread_minflt();
+  CHECK_EQ(rtree_read_near(t + GRAN), 0);
+  rtree_write(t, v);
+  long f1 = thread_minflt();
+  printf("     %ld faults for a first write beside a neighbour read\n", f1 - f0);
+  CHECK(f1 - f0 <= 2);
+  CHECK_EQ(rtree_read(t), v);
+  CHECK_EQ(rtree_read_near(t), v);
+  CHECK_EQ(rtree_read_near(t + GRAN), 0);
+  rtree_write(t + GRAN, 0); /* zero already: a no-op */
+  rtree_write(t, 0);
+  /* Purged, the pair is clean again: the same holds. */
+  CHECK(rtree_purge() >= os_page);
+  f0 = thread_minflt();
+  CHECK_EQ(rtree_read_near(t + 3 * GRAN), 0);
+  rtree_write(t + 2 * GRAN, v);
+  f1 = thread_minflt();
+  printf("     %ld faults for a write after a purge\n", f1 - f0);
+  CHECK(f1 - f0 <= 2);
+  CHECK_EQ(rtree_read(t + 2 * GRAN), v);
+  rtree_write(t + 2 * GRAN, 0);
+  /* A range (a slab's granules) on a fresh pair. */
+  uintptr_t t2 = t + 512 * GRAN; /* the second pair */
+  f0 = thread_minflt();
+  rtree_write_range(t2, 8, v);
+  f1 = thread_minflt();
+  printf("     %ld faults for a range write\n", f1 - f0);
+  CHECK(f1 - f0 <= 2);
+  for (size_t g = 0; g < 8; g++) CHECK_EQ(rtree_read(t2 + g * GRAN), v);
+  CHECK_EQ(rtree_read(t2 + 8 * GRAN), 0);
+  rtree_write_range(t2, 8, 0);
+  CHECK(rtree_purge() >= os_page); /* the count went back to 0: the pair is purgeable */
+  CHECK_EQ(rtree_read(t2), 0);
+  os_unmap((void *)t, (size_t)4 << 20);
+}
+
 int main(void) {
   if (strata_init()) return 1;
   printf("unit: meta\n");
@@ -174,5 +229,6 @@ int main(void) {
   RUN(test_rtree_empty_pages_are_purged_and_read_zero);
   RUN(test_rtree_purge_never_loses_a_racing_store);
   RUN(test_rtree_store_waits_for_a_purge_in_flight);
+  RUN(test_rtree_clean_pages_are_written_without_a_read);
   UNIT_EXIT();
 }
