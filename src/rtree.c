@@ -7,12 +7,12 @@
  * non-zero pins the page first (count + 1 before the store), so no store can land in a
  * page while it is being purged and be lost with it.
  *
- * A page whose count says clean (never written, or purged) is neither read nor written
- * by a write that finds it so: its entries are all zero. A read there would map the
- * kernel's zero page, and the store after it would take a copy-on-write fault whose TLB
- * shootdown interrupts every CPU running the process; reading first cost two of those
- * per page pair of a fresh leaf (mstress: 0.7 ms of a 120 ms run). Writes check the
- * count first, and neighbour reads (rtree_read_near) answer 0 from it.
+ * A write that finds its page clean (never written, or purged: every entry zero) stores
+ * without reading the page first, and a zero store there does nothing. A read there
+ * would map the kernel's zero page, and the store after it would take a copy-on-write
+ * fault whose TLB shootdown interrupts every CPU running the process; reading first cost
+ * two of those per page pair of a fresh leaf (mstress: 0.7 ms of a 120 ms run). Writes
+ * check the count first, and neighbour reads (rtree_read_near) answer 0 from it.
  */
 #include <sched.h>
 
