@@ -169,6 +169,18 @@ static void test_rtree_store_waits_for_a_purge_in_flight(void) {
   rtree_write(claim_target, 0);
 }
 
+/* Sanitizer builds fault in shadow memory for what the test touches: their counts say
+ * nothing of the page map's own pages, so only the plain builds check them. */
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__) || \
+    __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define FAULTS_MAX 1000
+#else
+#define FAULTS_MAX 2
+#endif
+
 static long thread_minflt(void) {
   struct rusage ru;
   CHECK(getrusage(RUSAGE_THREAD, &ru) == 0);
@@ -191,7 +203,7 @@ static void test_rtree_clean_pages_are_written_without_a_read(void) {
   rtree_write(t, v);
   long f1 = thread_minflt();
   printf("     %ld faults for a first write beside a neighbour read\n", f1 - f0);
-  CHECK(f1 - f0 <= 2);
+  CHECK(f1 - f0 <= FAULTS_MAX);
   CHECK_EQ(rtree_read(t), v);
   CHECK_EQ(rtree_read_near(t), v);
   CHECK_EQ(rtree_read_near(t + GRAN), 0);
@@ -204,7 +216,7 @@ static void test_rtree_clean_pages_are_written_without_a_read(void) {
   rtree_write(t + 2 * GRAN, v);
   f1 = thread_minflt();
   printf("     %ld faults for a write after a purge\n", f1 - f0);
-  CHECK(f1 - f0 <= 2);
+  CHECK(f1 - f0 <= FAULTS_MAX);
   CHECK_EQ(rtree_read(t + 2 * GRAN), v);
   rtree_write(t + 2 * GRAN, 0);
   /* A range (a slab's granules) on a fresh pair. */
@@ -213,7 +225,7 @@ static void test_rtree_clean_pages_are_written_without_a_read(void) {
   rtree_write_range(t2, 8, v);
   f1 = thread_minflt();
   printf("     %ld faults for a range write\n", f1 - f0);
-  CHECK(f1 - f0 <= 2);
+  CHECK(f1 - f0 <= FAULTS_MAX);
   for (size_t g = 0; g < 8; g++) CHECK_EQ(rtree_read(t2 + g * GRAN), v);
   CHECK_EQ(rtree_read(t2 + 8 * GRAN), 0);
   rtree_write_range(t2, 8, 0);
