@@ -171,15 +171,7 @@ static void test_rtree_store_waits_for_a_purge_in_flight(void) {
 
 /* Sanitizer builds fault in shadow memory for what the test touches: their counts say
  * nothing of the page map's own pages, so only the plain builds check them. */
-#ifndef __has_feature
-#define __has_feature(x) 0
-#endif
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__) || \
-    __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-#define FAULTS_MAX 1000
-#else
-#define FAULTS_MAX 2
-#endif
+#define FAULTS_MAX (UNDER_SANITIZER ? 1000 : 2)
 
 static long thread_minflt(void) {
   struct rusage ru;

@@ -574,16 +574,6 @@ static void test_new_arena_leaves_unused_bins_untouched(void) {
   CHECK(res >= 1 && res <= 2);
 }
 
-#ifndef __has_feature
-#define __has_feature(x) 0
-#endif
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__) || \
-    __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-#define UNDER_SANITIZER 1
-#else
-#define UNDER_SANITIZER 0
-#endif
-
 /* Resident KiB of the whole process, counted by a page-table walk (smaps_rollup): exact, and
  * it leaves out pages that were only read (mapped to the shared zero page), which mincore
  * would count. -1 if unreadable. */

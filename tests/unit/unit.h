@@ -26,5 +26,16 @@ static int unit_failures;
     t();                                                                       \
     printf("%s %s\n", unit_failures == _before ? "ok  " : "FAIL", #t);        \
   } while (0)
+/* Sanitizer builds: their shadow memory adds pages and faults of its own, so tests that
+ * count a process's pages or faults check them in plain builds only. */
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__) || \
+    __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define UNDER_SANITIZER 1
+#else
+#define UNDER_SANITIZER 0
+#endif
 #define UNIT_EXIT() return unit_failures ? (printf("%d check(s) failed\n", unit_failures), 1) : 0
 #endif
