@@ -594,7 +594,10 @@ void tcache_dalloc_hard(tcache_t *tc, szind_t ind, void *p) {
     if (unlikely(tc->trips[ind] & TRIP_FILLED) && tcache_block_is_local(tc, p)) {
       tcache_bin_grow(tc, ind);
     } else {
-      tcache_flush_bin(tc, ind, tc->gc_every == 1 ? 0 : tc->keep[ind]);
+      /* A consumer of the class (it frees four times what it allocates) keeps nothing:
+       * it would never pop what it kept, and one chain of the whole bin is one push. */
+      bool consumer = tbin_nmalloc(tc, ind) < tbin_ndalloc(tc, ind) / 4;
+      tcache_flush_bin(tc, ind, tc->gc_every == 1 || consumer ? 0 : tc->keep[ind]);
     }
     LINK_SET(p, b->head);
     b->head = p;

@@ -128,6 +128,44 @@ static void test_mixed_owner_flush_returns_every_region(void) {
   CHECK_EQ(au_thread_arena(NULL, 0, NULL, NULL, &old, sizeof old), 0);
 }
 
+/* A thread that only frees a class (a consumer: other threads' blocks) keeps none of it
+ * at an overflow: the whole bin goes to the owner as one chain, then the block that
+ * overflowed it is cached. A thread that allocates the class keeps half
+ * (test_overflow_flushes_half). */
+static void *consumer_body(void *arg) {
+  void **theirs = arg;
+  szind_t ind = sz_size2index(MIX_SIZE);
+  bin_t *owner = &arena_get(2)->bins[ind];
+  unsigned i = 0;
+  strata_free(theirs[i++]); /* a thread's first free is not cached: it sets up the cache */
+  tbin_t *b = bin_of(ind);
+  while (b->avail > 0) strata_free(theirs[i++]);
+  uint32_t max = strata_tsd.tcache->max[ind];
+  CHECK(max > 1 && i < MIX_N);
+  CHECK_EQ(tbin_count(strata_tsd.tcache, ind), max);
+  uint32_t remote0 = owner->remote_count, chains0 = owner->nrchain;
+  strata_free(theirs[i++]);
+  CHECK_EQ(tbin_count(strata_tsd.tcache, ind), 1);
+  CHECK_EQ(owner->remote_count, remote0 + max);
+  CHECK_EQ(owner->nrchain, chains0 + 1);
+  while (i < MIX_N) strata_free(theirs[i++]);
+  return NULL;
+}
+
+static void test_consumer_overflow_flushes_the_whole_bin(void) {
+  szind_t ind = sz_size2index(MIX_SIZE);
+  (void)strata_malloc_trim(0); /* chains left by the tests before: regions still counted */
+  size_t before = small_curregs(ind);
+  static void *theirs[MIX_N];
+  pthread_t t;
+  pthread_create(&t, NULL, alloc_in_arena_2, theirs);
+  pthread_join(t, NULL);
+  pthread_create(&t, NULL, consumer_body, theirs);
+  pthread_join(t, NULL); /* its cache went back at exit */
+  (void)strata_malloc_trim(0); /* the owner's chains back to their bitmaps */
+  CHECK_EQ(small_curregs(ind), before);
+}
+
 /* Hoard's cache-scratch: a thread whose first call frees a block allocated by another
  * thread (next to other threads' blocks) must not get that block back from its next
  * malloc of the same size, or it writes to a cache line other threads write to. */
@@ -725,6 +763,7 @@ int main(void) {
   RUN(test_thread_counters_are_exact);
   RUN(test_first_free_of_a_thread_is_not_cached);
   RUN(test_mixed_owner_flush_returns_every_region);
+  RUN(test_consumer_overflow_flushes_the_whole_bin);
   RUN(test_global_cap_bounds_cached_bytes);
   RUN(test_large_allocations_drive_gc);
   RUN(test_large_traffic_thread_fills_small_classes_lean);
