@@ -329,6 +329,13 @@ static inline __attribute__((always_inline)) flush_scan_t flush_scan(void *p, ui
   return sc;
 }
 
+/* Whether the thread is a consumer of class ind: it frees more than four times what it
+ * allocates (other threads' blocks). Its flushes go to the owners as chains, and its
+ * overflows keep nothing. nmalloc itself is biased with prof:true: tbin_nmalloc. */
+static inline bool tbin_consumer(const tcache_t *tc, szind_t ind) {
+  return tbin_nmalloc(tc, ind) < tbin_ndalloc(tc, ind) / 4;
+}
+
 /* n regions from p (the first n of bin b) back to their owners: scanned into runs of one
  * slab and validated, then as a chain to the owner bin when all belong to one other arena
  * (and chains: not what an own-arena walk left of a mixed batch),
@@ -406,8 +413,7 @@ static inline __attribute__((always_inline)) void flush_tbin(tcache_t *tc, tbin_
     /* A thread that frees far more of this class than it allocates (a consumer) frees
      * other threads' blocks: those go to their bin as a chain, as remote frees do, even
      * when it shares their arena (with arena_spread, threads share arenas until contention). */
-    uint64_t nm = tbin_nmalloc(tc, ind); /* nmalloc itself is biased with prof:true */
-    bool consumer = nm < tbin_ndalloc(tc, ind) / 4;
+    bool consumer = tbin_consumer(tc, ind);
     unsigned own = tc->arena && !consumer ? tc->arena->ind + 1 : (unsigned)-1; /* an edata arena_id */
     /* A batch the walk took some of is mixed: what it leaves goes to the bitmaps, not as
      * a chain, even when it all belongs to one other arena (docs/design.md, "Thread
@@ -594,10 +600,9 @@ void tcache_dalloc_hard(tcache_t *tc, szind_t ind, void *p) {
     if (unlikely(tc->trips[ind] & TRIP_FILLED) && tcache_block_is_local(tc, p)) {
       tcache_bin_grow(tc, ind);
     } else {
-      /* A consumer of the class (it frees four times what it allocates) keeps nothing:
-       * it would never pop what it kept, and one chain of the whole bin is one push. */
-      bool consumer = tbin_nmalloc(tc, ind) < tbin_ndalloc(tc, ind) / 4;
-      tcache_flush_bin(tc, ind, tc->gc_every == 1 || consumer ? 0 : tc->keep[ind]);
+      /* A consumer keeps nothing: it would never pop what it kept, and one chain of the
+       * whole bin is one push. */
+      tcache_flush_bin(tc, ind, tc->gc_every == 1 || tbin_consumer(tc, ind) ? 0 : tc->keep[ind]);
     }
     LINK_SET(p, b->head);
     b->head = p;
