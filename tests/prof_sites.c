@@ -4,8 +4,9 @@
  * chains are kept in the binary (noinline). It prints "ready <pid>" once they are live,
  * then makes no allocator call until SIGTERM, when it frees them and exits normally.
  * "request" first asks for a dump through the mallctl prof.dump_request (run under
- * LD_PRELOAD: found with dlsym). "wait" prints "waiting <pid>" and allocates only after
- * SIGUSR1 (a tracer attaches in between). "gate SEM DIR" does what an attaching tracer
+ * LD_PRELOAD: found with dlsym). "wait [SEM]" prints "waiting <pid>" and allocates only
+ * after SIGUSR1 (a tracer attaches in between) and, given SEM, once the semaphore is
+ * raised (the probe is attached: a tracer's "Attaching" line comes before). "gate SEM DIR" does what an attaching tracer
  * does to otel_memory:alloc's semaphore (SEM: its address in libstrata, from readelf -n):
  * dumps DIR/before.heap after site_beta, raises the semaphore, dumps DIR/after.heap after
  * site_alpha. "churn N [SEM]" instead allocates and frees site_gamma's 4 KiB blocks N
@@ -160,6 +161,9 @@ int main(int argc, char **argv) {
     fflush(stdout);
     int sig;
     sigwait(&set, &sig);
+    volatile unsigned short *sem = argc > 2 ? semaphore_at(argv[2]) : NULL;
+    struct timespec ts = {0, 10 * 1000000};
+    for (int i = 0; sem && *sem == 0 && i < 6000; i++) nanosleep(&ts, NULL); /* 60 s at most */
   }
   site_alpha();
   site_beta();

@@ -122,7 +122,10 @@ def trace(lib, prog, work, conf="prof:true,prof_active:false"):
     os.makedirs(work)
     env = dict(os.environ, LD_PRELOAD=lib, STRATA_CONF=conf + ",lg_prof_sample:14")
     env.pop("MALLOC_CONF", None)
-    p = subprocess.Popen([prog, "wait"], env=env, stdout=subprocess.PIPE, text=True)
+    # With the semaphore, the program allocates once the probe is attached: bpftrace says
+    # "Attaching" before it attaches, so a slow attach made the sites go untraced.
+    sem = semaphore_of(lib, "otel_memory", "alloc")
+    p = subprocess.Popen([prog, "wait"] + ([sem] if sem else []), env=env, stdout=subprocess.PIPE, text=True)
     line = p.stdout.readline()
     assert line.startswith("waiting"), line
     tenv = dict(os.environ, PYTHONPATH=TOOLS)

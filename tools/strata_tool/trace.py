@@ -137,6 +137,23 @@ def ensure_tracefs() -> str | None:
     return None
 
 
+def stop(proc: subprocess.Popen) -> bytes | None:
+    """The rest of bpftrace's output once it has exited after SIGINT (it prints its maps),
+    or None when it had to be killed. A SIGINT that comes while it is still attaching its
+    probes may go unanswered, so it is sent again every 5 s, for 60 s at most."""
+    for _ in range(12):
+        try:
+            rest, _ = proc.communicate(timeout=5)
+            return rest or b""
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            break
+    proc.kill()
+    proc.communicate()
+    return None
+
+
 def trace(args) -> int:
     if args.print_script:
         print(script(args.lib or "/usr/lib/x86_64-linux-gnu/libstrata.so", args.interval), end="")
@@ -183,13 +200,18 @@ def trace(args) -> int:
                     for line in lines:
                         if re.match(r"^(\d\d:\d\d:\d\d outstanding|Attaching|ERROR)", line):
                             print(line, file=sys.stderr, flush=True)
+                        if deadline and line.startswith("Attaching"):
+                            deadline = time.monotonic() + args.duration  # S seconds of tracing
             if deadline and time.monotonic() > deadline:
                 proc.send_signal(signal.SIGINT)
                 break
     except KeyboardInterrupt:
         proc.send_signal(signal.SIGINT)
-    rest, _ = proc.communicate(timeout=60)
-    text = "".join(out_lines) + (rest or b"").decode("utf-8", "replace")
+    rest = stop(proc)
+    if rest is None:
+        print("strata trace: bpftrace did not stop within 60 s of SIGINT; killed it", file=sys.stderr)
+        return 1
+    text = "".join(out_lines) + rest.decode("utf-8", "replace")
     if args.raw:
         print(text)
     if proc.returncode not in (0, None) and "@alloc_bytes" not in text:

@@ -3,6 +3,7 @@
 stacks with their outstanding bytes (strata's own frames left out)."""
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -56,3 +57,14 @@ def test_bpftrace_program_compiles(build_dir, tmp_path):
     r = subprocess.run([bt, "--emit-elf", str(tmp_path / "t.o"), str(src)], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and (tmp_path / "t.o").exists(), r.stderr
+
+
+def test_stop_asks_again_when_the_first_sigint_goes_unanswered():
+    # A stand-in for bpftrace still attaching its probes: the first SIGINT only prints.
+    proc = subprocess.Popen(["sh", "-c", 'trap "trap - INT; echo first" INT; while :; do sleep 0.1; done'],
+                            stdout=subprocess.PIPE)
+    time.sleep(0.3)  # the trap is set
+    proc.send_signal(trace.signal.SIGINT)
+    rest = trace.stop(proc)
+    assert rest is not None and b"first" in rest
+    assert proc.returncode is not None
