@@ -6,8 +6,9 @@
  * "request" first asks for a dump through the mallctl prof.dump_request (run under
  * LD_PRELOAD: found with dlsym). "wait [SEM]" prints "waiting <pid>" and allocates only
  * after SIGUSR1 (a tracer attaches in between) and, given SEM, once the semaphore is
- * raised (the probe is attached: a tracer's "Attaching" line comes before). "gate SEM DIR" does what an attaching tracer
- * does to otel_memory:alloc's semaphore (SEM: its address in libstrata, from readelf -n):
+ * raised (the probe is attached: a tracer's "Attaching" line comes before). "gate SEM
+ * DIR" does what an attaching tracer does to otel_memory:alloc's semaphore (SEM: its
+ * address in libstrata, from readelf -n):
  * dumps DIR/before.heap after site_beta, raises the semaphore, dumps DIR/after.heap after
  * site_alpha. "churn N [SEM]" instead allocates and frees site_gamma's 4 KiB blocks N
  * times (tracer overhead figures; SEM raised first, as in "gate") and exits. "stacks N"

@@ -209,7 +209,7 @@ def trace(args) -> int:
         proc.send_signal(signal.SIGINT)
     rest = stop(proc)
     if rest is None:
-        print("strata trace: bpftrace did not stop within 60 s of SIGINT; killed it", file=sys.stderr)
+        print("strata trace: bpftrace did not stop after SIGINT; killed it", file=sys.stderr)
         return 1
     text = "".join(out_lines) + rest.decode("utf-8", "replace")
     if args.raw:
