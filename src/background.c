@@ -189,25 +189,33 @@ void bg_create_wanted(void) {
   }
   if (unlikely(prof_want_thread)) prof_free_hook(); /* the heap profiler's dump thread (prof.c) */
   if (!__atomic_exchange_n(&bg_create_real, false, __ATOMIC_ACQ_REL)) return;
-  /* Busy: another thread is creating, toggling or forking (or pthread_create called
-   * malloc from inside this function): try again at a later slow path. */
-  if (mtx_trylock(&bg_lock)) {
-    __atomic_store_n(&bg_create_real, true, __ATOMIC_RELAXED);
-    __atomic_store_n(&bg_create_pending, true, __ATOMIC_RELAXED);
-    return;
-  }
-  bg_thread_t *ts = bg_slots_locked();
   bool started = false;
-  if (ts != NULL && __atomic_load_n(&bg_enabled, __ATOMIC_RELAXED)) {
-    unsigned n = bg_nslots();
-    for (unsigned i = 0; i < n; i++) {
-      if (__atomic_load_n(&ts[i].wanted, __ATOMIC_RELAXED) && !bg_start_locked(&ts[i])) {
-        __atomic_store_n(&ts[i].wanted, false, __ATOMIC_RELAXED);
-        started = true;
+  for (;;) {
+    /* Busy: another thread is creating, toggling or forking (or pthread_create called
+     * malloc from inside this function). The request is left for the holder, which looks
+     * again after it unlocks; one more try covers a holder that had already looked. If
+     * both lost the request, a process whose last allocating threads had exited kept
+     * its dirty pages: no slow path came to create the thread. */
+    if (mtx_trylock(&bg_lock)) {
+      __atomic_store_n(&bg_create_real, true, __ATOMIC_SEQ_CST);
+      __atomic_store_n(&bg_create_pending, true, __ATOMIC_RELAXED);
+      if (mtx_trylock(&bg_lock)) break;
+      /* Taken after all: the scan below serves the request, the check after the unlock
+       * any that came meanwhile. */
+    }
+    bg_thread_t *ts = bg_slots_locked();
+    if (ts != NULL && __atomic_load_n(&bg_enabled, __ATOMIC_RELAXED)) {
+      unsigned n = bg_nslots();
+      for (unsigned i = 0; i < n; i++) {
+        if (__atomic_load_n(&ts[i].wanted, __ATOMIC_RELAXED) && !bg_start_locked(&ts[i])) {
+          __atomic_store_n(&ts[i].wanted, false, __ATOMIC_RELAXED);
+          started = true;
+        }
       }
     }
+    mtx_unlock(&bg_lock);
+    if (!__atomic_exchange_n(&bg_create_real, false, __ATOMIC_SEQ_CST)) break; /* none came meanwhile */
   }
-  mtx_unlock(&bg_lock);
   /* The monitor (pressure, events) comes with the first background thread: a process
    * that never had pages to decay, or a child that only execs, gets neither. */
   if (started) ev_start_wanted();
